@@ -1,0 +1,170 @@
+"""The over-complete multi-depth network of OAHU (Section 3.2, Eq. 1; SPEC §1).
+
+h(0) = x, h(l) = ReLU(W(l) h(l−1) + b(l)) for l = 1..L, and one bias-free embedding head per
+depth, f(l)(x) = normalize(Θ(l) h(l)), l = 0..L, so that every embedding lies on the unit sphere.
+
+The parameter step is written out by hand rather than through autograd: Eq. 21 (Θ(l) sees only
+its own depth's loss) and Eq. 22 (W(l) receives Σ_{j≥l} α(j)∇L(j)) are exactly what backprop gives,
+and doing it by hand lets each weight be updated in place with one fused ``addmm_``. That keeps a
+strict (one-triplet) step at a few dozen kernel launches, which is what bounds its speed on both
+CPU and GPU. ``tests/test_network.py`` checks the step against autograd and against a hand
+computation.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from oahu.config import OAHUConfig
+
+_NORM_EPS = 1e-12  # as torch.nn.functional.normalize
+# The kernel autograd itself uses for ReLU: zero the gradient where the output is <= 0, one op.
+_relu_backward = torch.ops.aten.threshold_backward.default
+
+
+@dataclass
+class ForwardCache:
+    """What the backward pass needs from the forward pass."""
+
+    x: torch.Tensor  # (m, d)
+    hidden: torch.Tensor  # (L, m, H): h(1)..h(L)
+    raw: torch.Tensor  # (L+1, m, E): Θ(l) h(l) before normalisation
+    norms: torch.Tensor  # (L+1, m, 1): ‖Θ(l) h(l)‖ clamped at _NORM_EPS
+    embeddings: torch.Tensor  # (L+1, m, E): f(l)(x)
+
+
+class MultiDepthNetwork:
+    """Parameters of the OAHU network and its forward pass and in-place gradient step.
+
+    Not an ``nn.Module``: OAHU never uses an optimiser or autograd on it, and plain tensors keep
+    the state explicit (``state_dict``/``load_state_dict`` still work the usual way).
+
+    >>> net = MultiDepthNetwork(4, OAHUConfig(n_hidden_layers=2, hidden_width=3, embedding_dim=2))
+    >>> f = net.embed(torch.ones(5, 4))
+    >>> tuple(f.shape)
+    (3, 5, 2)
+    >>> bool(torch.allclose(f.norm(dim=-1), torch.ones(3, 5)))
+    True
+    """
+
+    def __init__(self, n_features: int, config: OAHUConfig, device: torch.device | str = "cpu"):
+        self.n_features = n_features
+        self.config = config
+        L, H, E = config.n_hidden_layers, config.hidden_width, config.embedding_dim
+        gen = torch.Generator().manual_seed(config.seed)
+        # Initialised on the CPU from one seeded generator: the same seed gives the same network
+        # on every device.
+        self.weights = [
+            self._init_matrix(H, n_features if l == 0 else H, gen) for l in range(L)
+        ]
+        self.biases = [self._init_bias(H, n_features if l == 0 else H, gen) for l in range(L)]
+        self.head0 = self._init_matrix(E, n_features, gen) * config.head0_init_scale
+        self.heads = (
+            torch.stack([self._init_matrix(E, H, gen) for _ in range(L)])
+            if L
+            else torch.zeros(0, E, H)
+        )
+        self.to(device)
+
+    # ------------------------------------------------------------------ init
+    def _init_matrix(self, rows: int, cols: int, gen: torch.Generator) -> torch.Tensor:
+        if self.config.init == "orthogonal":
+            # Semi-orthogonal: distances in the input are preserved as far as the shape allows.
+            a = torch.randn(max(rows, cols), min(rows, cols), generator=gen, dtype=torch.float64)
+            q, r = torch.linalg.qr(a)
+            q = q * torch.sign(torch.diagonal(r))
+            w = q if rows >= cols else q.T
+            return w.to(torch.float32).contiguous()
+        # torch.nn.Linear's default: U(−1/√fan_in, 1/√fan_in).
+        bound = 1.0 / math.sqrt(cols)
+        return (torch.rand(rows, cols, generator=gen) * 2.0 - 1.0) * bound
+
+    @staticmethod
+    def _init_bias(size: int, fan_in: int, gen: torch.Generator) -> torch.Tensor:
+        bound = 1.0 / math.sqrt(fan_in)
+        return (torch.rand(size, generator=gen) * 2.0 - 1.0) * bound
+
+    # ------------------------------------------------------------------ state
+    def tensors(self) -> dict[str, torch.Tensor]:
+        out = {"head0": self.head0, "heads": self.heads}
+        for l, (w, b) in enumerate(zip(self.weights, self.biases, strict=True), start=1):
+            out[f"W{l}"] = w
+            out[f"b{l}"] = b
+        return out
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().cpu().clone() for k, v in self.tensors().items()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        own = self.tensors()
+        if set(state) != set(own):
+            raise ValueError(f"network state: expected keys {sorted(own)}, got {sorted(state)}")
+        for k, v in state.items():
+            if tuple(v.shape) != tuple(own[k].shape):
+                raise ValueError(f"network state: {k} has shape {tuple(v.shape)}, "
+                                 f"expected {tuple(own[k].shape)}")
+            own[k].copy_(v)
+
+    def to(self, device: torch.device | str) -> MultiDepthNetwork:
+        self.weights = [w.to(device).contiguous() for w in self.weights]
+        self.biases = [b.to(device).contiguous() for b in self.biases]
+        self.head0 = self.head0.to(device).contiguous()
+        self.heads = self.heads.to(device).contiguous()
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.head0.device
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, x: torch.Tensor) -> ForwardCache:
+        """Embeddings at every depth, shape (L+1, m, E), plus what ``step`` needs."""
+        hidden = []
+        h = x
+        for w, b in zip(self.weights, self.biases, strict=True):
+            h = torch.addmm(b, h, w.T).relu_()
+            hidden.append(h)
+        raw0 = (x @ self.head0.T).unsqueeze(0)
+        if hidden:
+            stacked = torch.stack(hidden)
+            raw = torch.cat([raw0, torch.bmm(stacked, self.heads.transpose(1, 2))])
+        else:
+            stacked = x.new_zeros(0, x.shape[0], self.config.hidden_width)
+            raw = raw0
+        norms = raw.norm(dim=-1, keepdim=True).clamp_min_(_NORM_EPS)
+        return ForwardCache(x, stacked, raw, norms, raw / norms)
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        """f(l)(x) for l = 0..L: (L+1, m, E), rows of unit norm."""
+        return self.forward(x).embeddings
+
+    # ------------------------------------------------------------------ step
+    def step(self, cache: ForwardCache, grad_embeddings: torch.Tensor, lr: float) -> None:
+        """One gradient-descent step given ∂loss/∂f(l) for every depth (Eq. 21-22), in place.
+
+        Every gradient is taken at the pre-step parameters: a layer's weights are updated only
+        after the gradient flowing through them to the layer below has been computed.
+        """
+        f = cache.embeddings
+        # Back through f = g/‖g‖: ∂g = (∂f − f(f·∂f))/‖g‖. (Where ‖g‖ was clamped, g ≈ 0 and the
+        # f-term vanishes with it.)
+        radial = (f * grad_embeddings).sum(-1, keepdim=True)
+        grad_raw = torch.addcmul(grad_embeddings, f, radial, value=-1.0).div_(cache.norms)
+        self.head0.addmm_(grad_raw[0].T, cache.x, alpha=-lr)  # Eq. 21, l = 0
+        n_layers = len(self.weights)
+        if not n_layers:
+            return
+        grad_hidden = torch.bmm(grad_raw[1:], self.heads)  # (L, m, H), before Θ moves
+        self.heads.baddbmm_(grad_raw[1:].transpose(1, 2), cache.hidden, alpha=-lr)  # Eq. 21
+        grad_h = grad_hidden[n_layers - 1]
+        for l in range(n_layers - 1, -1, -1):
+            grad_z = _relu_backward(grad_h, cache.hidden[l], 0.0)
+            below = cache.hidden[l - 1] if l else cache.x
+            if l:
+                # Eq. 22: layer l's input gradient collects every deeper head's loss.
+                grad_h = grad_hidden[l - 1] + grad_z @ self.weights[l]
+            self.weights[l].addmm_(grad_z.T, below, alpha=-lr)
+            self.biases[l].add_(grad_z.sum(0), alpha=-lr)

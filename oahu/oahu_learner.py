@@ -1,0 +1,161 @@
+"""OAHU: Online metric learning with Adaptive Hedge Update (Algorithm 1 of the paper).
+
+Per triplet (or micro-batch of triplets), in this order (SPEC §3):
+
+1. embed the three items at every depth and compute the ABTL L(l) (Eq. 13) per depth;
+2. one gradient-descent step with rate η on Σ_l α(l)·L(l), α held constant (Eq. 21-22);
+3. the hedge step of Eq. 20 with the losses of step 1, then the floor s/(L+1) and renormalisation.
+
+Strict mode (``batch_size=1``) is Algorithm 1. Micro-batch mode takes B triplets per step, the
+batch-mean of Σα L as loss and the batch-mean per-depth losses for the hedge; with B = 1 it is the
+same code path as strict mode, so the two agree bit for bit.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from oahu.config import PRESETS, OAHUConfig
+from oahu.device import resolve_device
+from oahu.hedge import hedge_update
+from oahu.learner import Learner
+from oahu.loss import abtl_with_gradients
+from oahu.network import MultiDepthNetwork
+
+SKIP_NON_FINITE_LOSS = "non_finite_loss"
+_EMBED_CHUNK = 8192
+_DIST_EPS = 1e-12
+
+
+class OAHU(Learner):
+    """The OAHU learner: a multi-depth network, the ABTL and hedge weights over depths.
+
+    Parameters are the fields of :class:`OAHUConfig` (paper defaults), given either as a
+    ``config`` or as keyword arguments, or a named ``preset`` with keyword overrides.
+
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> model = OAHU(n_features=8, hidden_width=16, embedding_dim=4, device="cpu")
+    >>> a, p, n = rng.random((3, 20, 8), dtype=np.float32)
+    >>> used = model.learn_triplets(a, p, n)
+    >>> int(used.sum()), model.updates, model.utilization
+    (20, 20, 1.0)
+    >>> model.embed(a).shape
+    (6, 20, 4)
+    >>> round(float(model.alpha.sum()), 6)
+    1.0
+    """
+
+    name = "oahu"
+    constraint_kind = "triplet"
+    metric = "l2"
+
+    def __init__(
+        self,
+        n_features: int,
+        config: OAHUConfig | None = None,
+        preset: str | None = None,
+        **fields: Any,
+    ) -> None:
+        super().__init__(n_features)
+        if config is not None and preset is not None:
+            raise ValueError("config, preset: give one of them, not both")
+        if preset is not None:
+            if preset not in PRESETS:
+                raise ValueError(f"preset: unknown {preset!r}; choose one of {', '.join(PRESETS)}")
+            config = PRESETS[preset]
+        config = config or OAHUConfig()
+        self.config = config.replace(**fields) if fields else config
+        self.device = resolve_device(self.config.device)
+        self.network = MultiDepthNetwork(n_features, self.config, self.device)
+        depths = self.config.n_depths
+        self._alpha = torch.full((depths,), 1.0 / depths, device=self.device)
+        self.last_losses = torch.zeros(depths, device=self.device)
+
+    # ---------------------------------------------------------------- interface
+    @property
+    def n_depths(self) -> int:
+        return self.config.n_depths
+
+    @property
+    def alpha(self) -> np.ndarray:
+        return self._alpha.detach().cpu().numpy().astype(np.float64)
+
+    def get_params(self) -> dict[str, Any]:
+        return self.config.to_dict()
+
+    def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
+        from oahu.learner import as_feature_matrix
+
+        arr = as_feature_matrix(x, self.n_features, "x")
+        out = np.empty((self.n_depths, len(arr), self.config.embedding_dim), dtype=np.float32)
+        with torch.inference_mode():
+            for start in range(0, len(arr), _EMBED_CHUNK):
+                chunk = torch.from_numpy(arr[start : start + _EMBED_CHUNK]).to(self.device)
+                out[:, start : start + len(chunk)] = self.network.embed(chunk).cpu().numpy()
+        return out
+
+    # ---------------------------------------------------------------- learning
+    def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+        triplets = torch.from_numpy(np.stack([a, p, n], axis=1)).to(self.device)  # (N, 3, d)
+        used = torch.zeros(len(triplets), dtype=torch.bool, device=self.device)
+        size = self.config.batch_size
+        for start in range(0, len(triplets), size):
+            block = triplets[start : start + size]
+            used[start : start + len(block)] = self._step(block)
+        return used.cpu().numpy()
+
+    def _step(self, block: torch.Tensor) -> torch.Tensor:
+        """One update on a block of triplets (B, 3, d); returns which changed the model."""
+        n_triplets = block.shape[0]
+        # Rows ordered [anchors; positives; negatives] so one forward pass embeds all of them.
+        rows = block.transpose(0, 1).reshape(3 * n_triplets, self.n_features)
+        cache = self.network.forward(rows)
+        f = cache.embeddings.view(self.n_depths, 3, n_triplets, -1)
+        diff_pos = f[:, 0] - f[:, 1]
+        diff_neg = f[:, 0] - f[:, 2]
+        d_pos = diff_pos.norm(dim=-1)  # (L+1, B), pre-update distances D_orig
+        d_neg = diff_neg.norm(dim=-1)
+        loss, g_pos, g_neg = abtl_with_gradients(d_pos, d_neg, self.config.tau)
+        finite = torch.isfinite(loss).all(0)
+        if not bool(finite.all()):
+            return self._step_finite_only(block, finite)
+        # ∂(mean_b Σ_l α(l) L(l)_b)/∂D, then ∂D/∂f = unit difference vectors.
+        scale = (self._alpha / n_triplets).unsqueeze(1)
+        coef_pos = (scale * g_pos / d_pos.clamp_min(_DIST_EPS)).unsqueeze(-1) * diff_pos
+        coef_neg = (scale * g_neg / d_neg.clamp_min(_DIST_EPS)).unsqueeze(-1) * diff_neg
+        grad = torch.stack([coef_pos + coef_neg, -coef_pos, -coef_neg], dim=1)
+        self.network.step(cache, grad.view_as(cache.embeddings), self.config.learning_rate)
+        self.last_losses = loss.mean(dim=1)
+        self._alpha = hedge_update(
+            self._alpha, self.last_losses, self.config.beta, self.config.smoothing
+        )
+        self.updates += 1
+        return (loss > 0).any(dim=0)
+
+    def _step_finite_only(self, block: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+        """A non-finite loss never reaches the weights: learn from the rest, count the others."""
+        used = torch.zeros(block.shape[0], dtype=torch.bool, device=self.device)
+        self.skipped[SKIP_NON_FINITE_LOSS] += int((~finite).sum())
+        if finite.any():
+            used[finite] = self._step(block[finite])
+        return used
+
+    # ---------------------------------------------------------------- state
+    def _get_state(self) -> dict[str, Any]:
+        return {
+            "network": self.network.state_dict(),
+            "alpha": self._alpha.detach().cpu().clone(),
+            "last_losses": self.last_losses.detach().cpu().clone(),
+        }
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        self.network.load_state_dict(state["network"])
+        alpha = state["alpha"]
+        if tuple(alpha.shape) != (self.n_depths,):
+            raise ValueError(f"alpha: expected shape ({self.n_depths},), got {tuple(alpha.shape)}")
+        self._alpha = alpha.to(self.device, torch.float32).clone()
+        self.last_losses = state["last_losses"].to(self.device, torch.float32).clone()
