@@ -1,0 +1,207 @@
+"""Item features by id, shared between the constraint consumer and the HTTP API.
+
+Constraints may reference items by id instead of carrying their vectors; the ``ItemStore`` maps
+ids (strings) to float32 feature rows and optional int labels. It is thread-safe (one lock
+around every read and write) and counts changes in ``version`` so readers can tell when what
+they cached went stale.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from connectors.constraint import MISSING_LABEL, DecodeError
+
+
+def as_ids(ids: Any) -> list[str]:
+    """Normalise one id or a sequence/array of ids (str or int) to a list of str."""
+    if isinstance(ids, str | int | np.integer):
+        return [str(ids)]
+    if isinstance(ids, np.ndarray):
+        return ids.astype(str).ravel().tolist()
+    return [str(i) for i in ids]
+
+
+class ItemStore:
+    """Features (float32, fixed dimension) and optional labels of items, by str id.
+
+    >>> store = ItemStore(dim=2)
+    >>> store.add(["a", "b"], [[1, 0], [0, 1]], y=[3, 4])
+    >>> store.get(["b", "a"]).tolist(), store.version, len(store)
+    ([[0.0, 1.0], [1.0, 0.0]], 1, 2)
+    >>> store.get(["zz"])
+    Traceback (most recent call last):
+    ...
+    connectors.constraint.DecodeError: unknown_item: 1 unknown item id(s), e.g. 'zz'
+    """
+
+    def __init__(self, dim: int | None = None) -> None:
+        if dim is not None and int(dim) < 1:
+            raise ValueError(f"dim: must be a positive integer, got {dim!r}")
+        self._dim = None if dim is None else int(dim)
+        self._lock = threading.RLock()
+        self._ids: list[str] = []
+        self._row: dict[str, int] = {}
+        self._X = np.zeros((0, self._dim or 0), dtype=np.float32)  # capacity >= len
+        self._y = np.zeros(0, dtype=np.int64)
+        self._version = 0
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def dim(self) -> int | None:
+        """Feature dimension (None until the first ``add`` of a store made without one)."""
+        return self._dim
+
+    @property
+    def version(self) -> int:
+        """Incremented by every ``add`` and ``remove``."""
+        return self._version
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, item_id: object) -> bool:
+        return str(item_id) in self._row
+
+    def _rows(self, ids: list[str]) -> np.ndarray:
+        rows = np.fromiter((self._row.get(i, -1) for i in ids), dtype=np.int64, count=len(ids))
+        missing = rows < 0
+        if missing.any():
+            first = ids[int(np.argmax(missing))]
+            raise DecodeError(
+                "unknown_item", f"{int(missing.sum())} unknown item id(s), e.g. {first!r}"
+            )
+        return rows
+
+    def get(self, ids: Any) -> np.ndarray:
+        """Features of ``ids`` (float32, shape (n, dim), a copy); ``DecodeError("unknown_item")``
+        if any id is unknown."""
+        keys = as_ids(ids)
+        with self._lock:
+            return self._X[self._rows(keys)]
+
+    def get_many(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Features of ``ids`` and a bool mask of the ids found (rows of unknown ids are zero);
+        for batches where one unknown id must not fail the others."""
+        keys = as_ids(ids)
+        with self._lock:
+            rows = np.fromiter((self._row.get(i, -1) for i in keys), np.int64, count=len(keys))
+            found = rows >= 0
+            X = (
+                self._X[np.where(found, rows, 0)]
+                if len(self)
+                else np.zeros((len(keys), self._dim or 0), np.float32)
+            )
+        X[~found] = 0.0
+        return X, found
+
+    def labels(self, ids: Any) -> np.ndarray:
+        """Labels of ``ids`` (int64; ``MISSING_LABEL`` where an item has none)."""
+        keys = as_ids(ids)
+        with self._lock:
+            return self._y[self._rows(keys)]
+
+    def snapshot(self) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(ids, X, y) copies of everything, consistent with one ``version``."""
+        with self._lock:
+            n = len(self._ids)
+            return list(self._ids), self._X[:n].copy(), self._y[:n].copy()
+
+    # ------------------------------------------------------------------ writing
+    def _check_features(self, X: Any, n: int) -> np.ndarray:
+        arr = np.asarray(X, dtype=np.float32)
+        if arr.ndim == 1 and n == 1:
+            arr = arr[None, :]
+        dim = self._dim if self._dim is not None else (arr.shape[-1] if arr.ndim == 2 else 0)
+        if arr.ndim != 2 or arr.shape != (n, dim) or dim < 1:
+            raise DecodeError(
+                "bad_dimension", f"X: expected shape ({n}, {self._dim or 'dim'}), got {arr.shape}"
+            )
+        if not np.isfinite(arr).all():
+            raise DecodeError("non_finite", "X: NaN or inf in item features")
+        return arr
+
+    def add(self, ids: Any, X: Any, y: Iterable[int] | None = None) -> None:
+        """Add items, or replace the features and labels of ids already present."""
+        keys = as_ids(ids)
+        if len(set(keys)) != len(keys):
+            raise ValueError("ids: duplicate ids in one add")
+        with self._lock:
+            arr = self._check_features(X, len(keys))
+            labels = (
+                np.full(len(keys), MISSING_LABEL, np.int64)
+                if y is None
+                else np.asarray(y, dtype=np.int64).ravel()
+            )
+            if labels.shape != (len(keys),):
+                raise ValueError(f"y: expected {len(keys)} labels, got shape {labels.shape}")
+            if self._dim is None:
+                self._dim = arr.shape[1]
+                self._X = np.zeros((0, self._dim), np.float32)
+            rows = np.fromiter((self._row.get(i, -1) for i in keys), np.int64, count=len(keys))
+            new = rows < 0
+            n_old = len(self._ids)
+            rows[new] = np.arange(n_old, n_old + int(new.sum()))
+            self._reserve(n_old + int(new.sum()))
+            self._X[rows] = arr
+            self._y[rows] = labels
+            for i in np.flatnonzero(new).tolist():
+                self._row[keys[i]] = len(self._ids)
+                self._ids.append(keys[i])
+            self._version += 1
+
+    def _reserve(self, n: int) -> None:
+        if n <= len(self._X):
+            return
+        capacity = max(n, 2 * len(self._X), 64)
+        X = np.zeros((capacity, self._X.shape[1]), np.float32)
+        y = np.full(capacity, MISSING_LABEL, np.int64)
+        X[: len(self._ids)] = self._X[: len(self._ids)]
+        y[: len(self._ids)] = self._y[: len(self._ids)]
+        self._X, self._y = X, y
+
+    def remove(self, ids: Any) -> None:
+        """Remove items (all or none: ``DecodeError("unknown_item")`` if any id is unknown)."""
+        keys = as_ids(ids)
+        with self._lock:
+            rows = self._rows(keys)
+            keep = np.ones(len(self._ids), dtype=bool)
+            keep[rows] = False
+            n_keep = int(keep.sum())
+            self._X[:n_keep] = self._X[: len(self._ids)][keep]
+            self._y[:n_keep] = self._y[: len(self._ids)][keep]
+            self._ids = [i for i, k in zip(self._ids, keep.tolist(), strict=True) if k]
+            self._row = {item_id: r for r, item_id in enumerate(self._ids)}
+            self._version += 1
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write ``ids``, ``X`` and ``y`` to an .npz file (``load`` reads it back)."""
+        ids, X, y = self.snapshot()
+        np.savez(path, ids=np.array(ids, dtype=str), X=X, y=y)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ItemStore:
+        """Items from an .npz with ``ids``, ``X`` and optional ``y``, or the items of a stream
+        file (.npz or JSON Lines, see ``streams.stream_file``; ids are the item indices)."""
+        path = Path(path)
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as npz:
+                if "ids" in npz.files:
+                    return cls._from_arrays(npz["ids"], npz["X"], npz.get("y"))
+        from streams.stream_file import ConstraintStream, read_jsonl
+
+        stream = ConstraintStream.load(path) if path.suffix == ".npz" else read_jsonl(path)
+        return cls._from_arrays(np.arange(stream.n_items), stream.X, stream.y)
+
+    @classmethod
+    def _from_arrays(cls, ids: np.ndarray, X: np.ndarray, y: np.ndarray | None) -> ItemStore:
+        store = cls(dim=np.shape(X)[1] if np.ndim(X) == 2 else None)
+        store.add(ids, X, y)
+        return store

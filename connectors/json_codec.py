@@ -1,0 +1,125 @@
+"""The JSON constraint encoding (format version 1; schema in ``MESSAGES.md``).
+
+The interchange format: readable, easy to produce from any language, and the one the HTTP API
+and JSON Lines stream files speak. Every item is an object with either ``"id"`` or ``"x"``::
+
+    {"v": 1, "kind": "triplet", "anchor": {"id": "17", "label": 3},
+     "positive": {"id": "4"}, "negative": {"id": "90"}, "ts": 1718000000.25}
+    {"v": 1, "kind": "pair", "left": {"x": [0.1, 0.2]}, "right": {"x": [0.3, 0.1]},
+     "similar": false}
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+from connectors.constraint import ROLES, Constraint, DecodeError
+
+VERSION = 1
+
+
+def encode_json(c: Constraint) -> bytes:
+    """Encode a constraint as one compact UTF-8 JSON object.
+
+    >>> encode_json(Constraint("pair", ids=("1", "2"), similar=True))
+    b'{"v":1,"kind":"pair","left":{"id":"1"},"right":{"id":"2"},"similar":true}'
+    """
+    msg: dict[str, Any] = {"v": VERSION, "kind": c.kind}
+    for i, role in enumerate(c.roles):
+        item: dict[str, Any] = {"id": c.ids[i]} if c.ids is not None else {"x": _vector(c, i)}
+        if c.labels is not None and c.labels[i] is not None:
+            item["label"] = int(c.labels[i])  # type: ignore[arg-type]
+        msg[role] = item
+    if c.similar is not None:
+        msg["similar"] = bool(c.similar)
+    if c.ts is not None:
+        msg["ts"] = float(c.ts)
+    return json.dumps(msg, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _vector(c: Constraint, i: int) -> list[float]:
+    assert c.x is not None
+    # float32 -> float64 -> shortest repr round-trips exactly back to the same float32
+    return np.asarray(c.x[i], dtype=np.float32).astype(np.float64).tolist()
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _parse_object(buf: bytes) -> dict[str, Any]:
+    try:
+        msg = json.loads(buf)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise DecodeError("undecodable", f"invalid JSON: {e}") from None
+    if not isinstance(msg, dict):
+        raise DecodeError("undecodable", f"expected a JSON object, got {type(msg).__name__}")
+    return msg
+
+
+def _parse_vectors(items: list[dict[str, Any]], roles: tuple[str, ...]) -> np.ndarray:
+    vectors = []
+    for role, item in zip(roles, items, strict=True):
+        arr = np.asarray(item["x"])
+        if arr.dtype.kind not in "fiu" or arr.ndim != 1 or arr.size == 0:
+            raise DecodeError("bad_dimension", f"{role}.x: expected a non-empty list of numbers")
+        vectors.append(arr)
+    dims = {len(v) for v in vectors}
+    if len(dims) != 1:
+        raise DecodeError("bad_dimension", f"items have different dimensions {sorted(dims)}")
+    with np.errstate(over="ignore"):  # values beyond float32 range become inf: non_finite
+        x = np.stack(vectors).astype(np.float32)
+    if not np.isfinite(x).all():
+        raise DecodeError("non_finite", "NaN or inf in an item")
+    return x
+
+
+def decode_json(buf: bytes) -> Constraint:
+    """Decode one JSON message; raises ``DecodeError``. Unknown top-level keys are ignored."""
+    msg = _parse_object(buf)
+    version = msg.get("v")
+    if not _is_int(version) or version != VERSION:
+        raise DecodeError("unknown_version", f"v={version!r}, expected {VERSION}")
+    kind = msg.get("kind")
+    if not isinstance(kind, str) or kind not in ROLES:
+        raise DecodeError("bad_kind", f"kind={kind!r}, expected 'triplet' or 'pair'")
+    roles = ROLES[kind]
+    items = [msg.get(role) for role in roles]
+    for role, item in zip(roles, items, strict=True):
+        if not isinstance(item, dict) or ("id" in item) == ("x" in item):
+            raise DecodeError("undecodable", f"{role}: expected an object with 'id' or 'x'")
+    if len({"id" in item for item in items}) != 1:  # type: ignore[operator]
+        raise DecodeError("undecodable", "items mix ids and inline vectors")
+    ids = x = None
+    if "id" in items[0]:  # type: ignore[operator]
+        raw = [item["id"] for item in items]  # type: ignore[index]
+        if not all(_is_int(i) or (isinstance(i, str) and i) for i in raw):
+            raise DecodeError("undecodable", f"ids must be non-empty strings or integers: {raw}")
+        ids = tuple(str(i) for i in raw)
+    else:
+        x = _parse_vectors(items, roles)  # type: ignore[arg-type]
+    labels = tuple(item.get("label") for item in items)  # type: ignore[union-attr]
+    if not all(v is None or _is_int(v) for v in labels):
+        raise DecodeError("undecodable", f"labels must be integers: {labels}")
+    similar = msg.get("similar") if kind == "pair" else None
+    if kind == "pair" and not isinstance(similar, bool):
+        raise DecodeError("undecodable", f"similar={similar!r}, expected true or false")
+    ts = msg.get("ts")
+    if ts is not None and not (_is_number(ts) and math.isfinite(ts)):
+        raise DecodeError("undecodable", f"ts={ts!r}, expected seconds since the epoch")
+    return Constraint(
+        kind,
+        ids=ids,
+        x=x,
+        labels=None if all(v is None for v in labels) else labels,
+        similar=similar,
+        ts=None if ts is None else float(ts),
+    )

@@ -1,0 +1,106 @@
+"""Turn decoded constraints into feature vectors a learner can consume.
+
+Items by id are looked up in an ``ItemStore``; inline items are checked against the expected
+feature dimension. Finiteness of inline vectors is checked when decoding, and the store only
+holds finite features, so a resolved constraint is always finite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from connectors.constraint import Constraint, ConstraintBatch, DecodeError
+from connectors.items import ItemStore
+
+
+@dataclass(frozen=True, eq=False)
+class ResolvedBatch:
+    """Constraints of one kind with their features: ``x`` float32 (n, n_items, dim), so
+    ``x[:, 0], x[:, 1], x[:, 2]`` are anchors, positives, negatives (or left, right for pairs).
+    Other fields as in ``ConstraintBatch`` (``ids`` None for inline items); ``index`` maps rows
+    back to the decoded input."""
+
+    kind: str
+    index: np.ndarray
+    x: np.ndarray
+    ids: np.ndarray | None = None
+    labels: np.ndarray | None = None
+    similar: np.ndarray | None = None
+    ts: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def _expected_dim(store: ItemStore | None, dim: int | None) -> int | None:
+    if dim is not None and store is not None and store.dim not in (None, dim):
+        raise ValueError(f"dim: {dim} differs from the item store's dimension {store.dim}")
+    return dim if dim is not None else (store.dim if store is not None else None)
+
+
+def resolve(c: Constraint, store: ItemStore | None = None, dim: int | None = None) -> np.ndarray:
+    """Features of the constraint's items, float32 (n_items, dim); raises ``DecodeError``.
+
+    >>> store = ItemStore(dim=2)
+    >>> store.add(["1", "2"], [[1, 0], [0, 1]])
+    >>> resolve(Constraint("pair", ids=("2", "1"), similar=True), store).tolist()
+    [[0.0, 1.0], [1.0, 0.0]]
+    """
+    expected = _expected_dim(store, dim)
+    if c.x is not None:
+        if expected is not None and c.x.shape[1] != expected:
+            raise DecodeError(
+                "bad_dimension", f"items have dim {c.x.shape[1]}, expected {expected}"
+            )
+        return c.x
+    if store is None:
+        raise DecodeError("unknown_item", "items by id, but no item store to resolve them")
+    return store.get(list(c.ids or ()))
+
+
+def resolve_batch(
+    batch: ConstraintBatch, store: ItemStore | None = None, dim: int | None = None
+) -> tuple[ResolvedBatch | None, list[tuple[int, DecodeError]]]:
+    """Resolve a batch; rows that fail become (input index, error) pairs instead of raising.
+
+    Returns None for the batch when no row survives.
+    """
+    expected = _expected_dim(store, dim)
+    n, k = len(batch), batch.n_items
+    if batch.x is not None:
+        if expected is not None and batch.x.shape[2] != expected:
+            error = DecodeError(
+                "bad_dimension", f"items have dim {batch.x.shape[2]}, expected {expected}"
+            )
+            return None, [(int(i), error) for i in batch.index]
+        x, ok = batch.x, np.ones(n, dtype=bool)
+    elif store is None:
+        error = DecodeError("unknown_item", "items by id, but no item store to resolve them")
+        return None, [(int(i), error) for i in batch.index]
+    else:
+        assert batch.ids is not None
+        flat, found = store.get_many(batch.ids.reshape(-1))
+        x = flat.reshape(n, k, -1)
+        ok = found.reshape(n, k).all(axis=1)
+    errors = [
+        (int(i), DecodeError("unknown_item", f"unknown item id(s) {batch.ids[r].tolist()}"))
+        for r, i in zip(np.flatnonzero(~ok), batch.index[~ok], strict=True)
+    ]  # only id batches can have rows that are not ok
+    if not ok.any():
+        return None, errors
+
+    def pick(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else (a if ok.all() else a[ok])
+
+    resolved = ResolvedBatch(
+        batch.kind,
+        pick(batch.index),  # type: ignore[arg-type]
+        pick(x),  # type: ignore[arg-type]
+        pick(batch.ids),
+        pick(batch.labels),
+        pick(batch.similar),
+        pick(batch.ts),
+    )
+    return resolved, errors
