@@ -1,0 +1,171 @@
+"""Read constraints from a file as if it were a one-partition topic.
+
+Three kinds of file:
+
+* a stream file (.npz, ``streams.stream_file.ConstraintStream.save``);
+* a JSON Lines stream (``streams.stream_file.write_jsonl``: header, item and constraint
+  records), read incrementally;
+* any other text file: one constraint message (``connectors/MESSAGES.md``) per non-blank line,
+  e.g. JSON messages written by another tool or replayed from dead letters.
+
+Records come as binary messages with items by id (the stream's item indices), so the service
+decodes files and Kafka the same way; the offset of a record is its constraint index. Items met
+in a stream are added to ``items`` when an ``ItemStore`` is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from connectors.binary_codec import encode_binary_batch
+from connectors.constraint import ROLES, ConstraintBatch
+from connectors.items import ItemStore
+from connectors.source import SourceRecord
+
+
+def _is_stream_jsonl(path: Path) -> bool:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            if line.strip():
+                try:
+                    first = json.loads(line)
+                except ValueError:
+                    return False
+                return isinstance(first, dict) and first.get("type") == "header"
+    return False
+
+
+class FileSource:
+    """Records of a stream file, partition 0, offsets 0, 1, 2, ... in file order.
+
+    >>> import tempfile
+    >>> from streams.stream_file import ConstraintStream
+    >>> path = Path(tempfile.mkdtemp()) / "s.npz"
+    >>> ConstraintStream(np.eye(3), [0, 0, 1], [0, 1, 2], [], "triplet",
+    ...                  [[0, 1, 2], [1, 0, 2]]).save(path)
+    >>> src = FileSource(path)
+    >>> [(r.offset, len(r.value)) for r in src.poll(10)], src.exhausted
+    ([(0, 40), (1, 40)], True)
+    """
+
+    def __init__(self, path: str | os.PathLike[str], items: ItemStore | None = None) -> None:
+        self.path = Path(path)
+        self.source = os.fspath(path)
+        self.items = items
+        self.exhausted = False
+        self.committed: int | None = None
+        self._position = 0
+        self.kind: str | None = None  # known once the stream's header is read
+        if self.path.suffix == ".npz":
+            from streams.stream_file import ConstraintStream
+
+            stream = ConstraintStream.load(self.path)
+            self.kind = stream.kind
+            self._constraints, self._similar = stream.constraints, stream.similar
+            self._total: int | None = len(stream)
+            if items is not None:
+                items.add(np.arange(stream.n_items), stream.X, stream.y)
+            self._lines: Iterator[bytes] | None = None
+        else:
+            self._stream_jsonl = _is_stream_jsonl(self.path)
+            self._total = None
+            self._lines = self._open_lines()
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def ready(self) -> bool:
+        return True
+
+    @property
+    def position(self) -> int:
+        """Offset of the next record."""
+        return self._position
+
+    def _open_lines(self) -> Iterator[bytes]:
+        return self._jsonl_stream_values() if self._stream_jsonl else self._message_lines()
+
+    def _message_lines(self) -> Iterator[bytes]:
+        with open(self.path, "rb") as fh:
+            for line in fh:
+                line = line.strip()
+                if line:
+                    yield line
+
+    def _jsonl_stream_values(self) -> Iterator[bytes]:
+        from streams.stream_file import iter_jsonl
+
+        records = iter_jsonl(self.path)
+        header = next(records)
+        self.kind = header["kind"]
+        self._total = header["n_constraints"]
+        roles = ("anchor", "positive", "negative") if self.kind == "triplet" else ("u", "v")
+        for record in records:
+            if record["type"] == "item":
+                if self.items is not None:
+                    self.items.add([record["id"]], record["x"][None], [record["label"]])
+                continue
+            ids = np.array([[record[r] for r in roles]], dtype=np.int64)
+            similar = np.array([record["similar"]]) if self.kind == "pair" else None
+            yield self._encode(ids, similar)[0]
+
+    def _encode(self, ids: np.ndarray, similar: np.ndarray | None) -> list[bytes]:
+        assert self.kind is not None and ids.shape[1] == len(ROLES[self.kind])
+        index = np.arange(len(ids), dtype=np.int64)
+        return encode_binary_batch(ConstraintBatch(self.kind, index, ids=ids, similar=similar))
+
+    def _read(self, n: int) -> list[bytes]:
+        if self._lines is None:  # .npz: encode the next window in one step
+            stop = min(self._position + n, len(self._constraints))
+            similar = None if self._similar is None else self._similar[self._position : stop]
+            return self._encode(self._constraints[self._position : stop], similar)
+        values: list[bytes] = []
+        if n <= 0:
+            return values
+        for value in self._lines:
+            values.append(value)
+            if len(values) == n:
+                break
+        return values
+
+    def poll(self, max_records: int = 500, timeout: float = 0.0) -> list[SourceRecord]:
+        """The next records (at most ``max_records``); [] and ``exhausted`` at the end.
+        ``timeout`` is accepted for interface parity and never waited on."""
+        values = self._read(max_records)
+        start = self._position
+        self._position += len(values)
+        if len(values) < max_records:
+            self.exhausted = True
+        return [SourceRecord(self.source, 0, start + i, v) for i, v in enumerate(values)]
+
+    # ------------------------------------------------------------------ offsets
+    def commit(self, offsets: Mapping[int, int]) -> bool:
+        """Remember the committed offset (files have no broker; the checkpoint persists it)."""
+        self.committed = int(offsets[0])
+        return True
+
+    def seek(self, offsets: int | Mapping[int, int]) -> None:
+        """Continue from ``offsets`` (an int, or ``{0: offset}``)."""
+        offset = int(offsets if isinstance(offsets, int) else offsets[0])
+        if offset < 0:
+            raise ValueError(f"offset: must be >= 0, got {offset}")
+        self.exhausted = False
+        if self._lines is None:
+            self._position = min(offset, len(self._constraints))
+            return
+        self._lines = self._open_lines()  # text files are re-read up to the offset
+        self._position = len(self._read(offset))
+
+    def lag(self) -> dict[int, int]:
+        """Records left (for message-per-line files, known once the end is reached)."""
+        if self._total is None:
+            return {0: 0} if self.exhausted else {}
+        return {0: max(0, self._total - self._position)}
+
+    def close(self) -> None:
+        if self._lines is not None and hasattr(self._lines, "close"):
+            self._lines.close()  # type: ignore[union-attr]

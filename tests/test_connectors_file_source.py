@@ -1,0 +1,128 @@
+"""FileSource over the three kinds of file, and dead letters written to a file."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from connectors.dead_letter import DeadLetter, DeadLetterFile, read_dead_letters
+from connectors.file_source import FileSource
+from connectors.items import ItemStore
+from connectors.messages import Constraint, DecodeError, decode, decode_batch, encode_json
+from connectors.source import Source
+from streams.stream_file import ConstraintStream, write_jsonl
+
+
+def pair_stream(n: int = 7) -> ConstraintStream:
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(10, 3)).astype(np.float32)
+    return ConstraintStream(
+        X,
+        y=np.arange(10) % 3,
+        dev_idx=np.arange(8),
+        test_idx=[8, 9],
+        kind="pair",
+        constraints=rng.integers(0, 8, (n, 2)),
+        similar=rng.random(n) < 0.5,
+    )
+
+
+@pytest.fixture(params=[".npz", ".jsonl"])
+def stream_path(request, tmp_path):
+    path = tmp_path / f"pairs{request.param}"
+    stream = pair_stream()
+    stream.save(path) if request.param == ".npz" else write_jsonl(stream, path)
+    return path, stream
+
+
+def test_reads_a_stream_file_in_order(stream_path) -> None:
+    path, stream = stream_path
+    items = ItemStore()
+    src = FileSource(path, items=items)
+    assert isinstance(src, Source) and src.ready
+    first = src.poll(max_records=3)
+    assert [r.offset for r in first] == [0, 1, 2] and not src.exhausted
+    assert {(r.source, r.partition) for r in first} == {(str(path), 0)}
+    rest = src.poll(max_records=100)
+    assert [r.offset for r in rest] == [3, 4, 5, 6] and src.exhausted
+    assert src.poll() == [] and src.lag() == {0: 0}
+    (batch,) = decode_batch([r.value for r in first + rest]).batches
+    np.testing.assert_array_equal(batch.ids, stream.constraints)
+    np.testing.assert_array_equal(batch.similar, stream.similar)
+    # the stream's items went into the store under their indices
+    np.testing.assert_array_equal(items.get(np.arange(10)), stream.X)
+    np.testing.assert_array_equal(items.labels(np.arange(10)), stream.y)
+
+
+def test_seek_restarts_from_an_offset(stream_path) -> None:
+    path, stream = stream_path
+    src = FileSource(path)
+    src.poll(max_records=100)
+    src.seek(5)
+    assert not src.exhausted and src.position == 5
+    records = src.poll(max_records=100)
+    assert [r.offset for r in records] == [5, 6]
+    assert decode(records[0].value).ids == tuple(str(i) for i in stream.constraints[5])
+    src.seek({0: 2})
+    assert src.lag() == {0: 5}
+    assert src.poll(max_records=1)[0].offset == 2
+    src.seek(100)  # past the end: nothing left
+    assert src.poll() == [] and src.exhausted
+    with pytest.raises(ValueError):
+        src.seek(-1)
+    assert src.commit({0: 3}) and src.committed == 3
+    src.close()
+
+
+def test_message_per_line_file(tmp_path) -> None:
+    msgs = [
+        encode_json(Constraint("triplet", ids=("a", "b", "c"))),
+        b'{"v": 1, "kind": "nope"}',
+        encode_json(Constraint("pair", x=np.ones((2, 2), np.float32), similar=False)),
+    ]
+    path = tmp_path / "messages.jsonl"
+    path.write_bytes(msgs[0] + b"\n\n" + msgs[1] + b"\n" + msgs[2] + b"\n")
+    src = FileSource(path)
+    records = src.poll(max_records=10)
+    assert [(r.offset, r.value) for r in records] == list(enumerate(msgs))
+    assert src.exhausted and src.lag() == {0: 0}
+    src.seek(2)
+    assert [r.offset for r in src.poll()] == [2]
+    with pytest.raises(DecodeError):
+        decode(records[1].value)
+
+
+def test_dead_letter_file_records(tmp_path) -> None:
+    path = tmp_path / "dead.jsonl"
+    sink = DeadLetterFile(path)
+    src_records = FileSource(_bad_lines(tmp_path)).poll()
+    for record in src_records:
+        try:
+            decode(record.value)
+        except DecodeError as error:
+            sink.write(DeadLetter.from_error(error, record, ts=10.0))
+    sink.close()
+    letters = read_dead_letters(path)
+    assert [(d.reason, d.offset, d.value) for d in letters] == [
+        ("bad_kind", 0, b'{"v":1,"kind":"quad"}'),
+        ("unknown_version", 2, b'{"v":3}'),
+        ("bad_kind", 3, b'{"v":1}'),
+    ]
+    assert sink.counts == {"bad_kind": 2, "unknown_version": 1}
+    raw = json.loads(path.read_text().splitlines()[0])
+    assert raw["value_b64"] == "eyJ2IjoxLCJraW5kIjoicXVhZCJ9" and raw["ts"] == 10.0
+    assert raw["source"] == str(tmp_path / "bad.jsonl") and raw["partition"] == 0
+    # appending: a second sink on the same file keeps the earlier letters
+    again = DeadLetterFile(path)
+    again.write(letters[0])
+    again.close()
+    assert len(read_dead_letters(path)) == 4
+
+
+def _bad_lines(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    good = encode_json(Constraint("pair", ids=("1", "2"), similar=True))
+    path.write_bytes(b'{"v":1,"kind":"quad"}\n' + good + b'\n{"v":3}\n{"v":1}\n')
+    return path
