@@ -1,0 +1,110 @@
+"""Labelled datasets the benchmark streams are drawn from, as float32 features in [0, 1].
+
+* ``digits``: scikit-learn's bundled 8x8 digits (1,797 x 64), scaled by 1/16.
+* ``fashion-mnist``: train + test of Fashion-MNIST (70,000 x 784), scaled by 1/255, read from
+  the idx gz files that Debian's ``dataset-fashion-mnist`` installs in
+  /usr/share/datasets/fashion-mnist.
+
+Decoded arrays are cached per process and returned read-only, so callers share one copy.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FASHION_MNIST_ROOT = "/usr/share/datasets/fashion-mnist"
+DATASETS: tuple[str, ...] = ("digits", "fashion-mnist")
+
+_IDX_IMAGES_MAGIC, _IDX_LABELS_MAGIC = 2051, 2049
+_FASHION_PARTS = ("train", "t10k")  # train first: 60,000 + 10,000 items
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A labelled dataset: ``X`` float32 (n, d) with values in [0, 1], ``y`` int64 (n,).
+
+    >>> ds = load_digits()
+    >>> ds.name, ds.X.shape, ds.X.dtype.name, float(ds.X.max()), ds.y[:5].tolist()
+    ('digits', (1797, 64), 'float32', 1.0, [0, 1, 2, 3, 4])
+    """
+
+    name: str
+    X: np.ndarray
+    y: np.ndarray
+
+    @property
+    def n_items(self) -> int:
+        return len(self.y)
+
+    @property
+    def n_features(self) -> int:
+        return self.X.shape[1]
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+@functools.cache
+def load_digits() -> Dataset:
+    """scikit-learn's bundled digits (1,797 x 64), pixel values 0..16 scaled by 1/16."""
+    from sklearn.datasets import load_digits as sk_load_digits  # only this loader needs sklearn
+
+    bunch = sk_load_digits()
+    X = (bunch.data / 16.0).astype(np.float32)
+    return Dataset("digits", _read_only(X), _read_only(bunch.target.astype(np.int64)))
+
+
+def _read_idx(path: Path, magic: int, header_bytes: int) -> np.ndarray:
+    """The uint8 payload of an idx gz file, after checking its magic number and item count."""
+    raw = gzip.decompress(path.read_bytes())
+    header = np.frombuffer(raw, dtype=">u4", count=header_bytes // 4)
+    if header[0] != magic:
+        raise ValueError(f"{path}: idx magic number {header[0]}, expected {magic}")
+    payload = np.frombuffer(raw, dtype=np.uint8, offset=header_bytes)
+    if len(payload) != int(np.prod(header[1:], dtype=np.int64)):
+        raise ValueError(f"{path}: header says {header[1:].tolist()}, payload has {len(payload)} B")
+    return payload.reshape(header[1:].astype(np.int64))
+
+
+@functools.cache
+def load_fashion_mnist(root: str = FASHION_MNIST_ROOT) -> Dataset:
+    """Fashion-MNIST train + test (70,000 x 784), pixel values 0..255 scaled by 1/255."""
+    root_path = Path(root)
+    files = [
+        root_path / f"{part}-{kind}-idx{dim}-ubyte.gz"
+        for part in _FASHION_PARTS
+        for kind, dim in (("images", 3), ("labels", 1))
+    ]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(
+            f"Fashion-MNIST not found in {root}: missing {', '.join(missing)}. "
+            "Install it with `apt-get install dataset-fashion-mnist` "
+            f"(it installs to {FASHION_MNIST_ROOT}) or pass the folder holding the idx gz files."
+        )
+    images, labels = [], []
+    for image_file, label_file in zip(files[::2], files[1::2], strict=True):
+        images.append(_read_idx(image_file, _IDX_IMAGES_MAGIC, header_bytes=16))
+        labels.append(_read_idx(label_file, _IDX_LABELS_MAGIC, header_bytes=8))
+    pixels = np.concatenate(images).reshape(-1, 28 * 28)
+    X = pixels.astype(np.float32) / np.float32(255.0)
+    y = np.concatenate(labels).astype(np.int64)
+    if len(X) != len(y):
+        raise ValueError(f"{root}: {len(X)} images but {len(y)} labels")
+    return Dataset("fashion-mnist", _read_only(X), _read_only(y))
+
+
+def load_dataset(name: str) -> Dataset:
+    """The dataset called ``name`` (one of :data:`DATASETS`)."""
+    if name == "digits":
+        return load_digits()
+    if name == "fashion-mnist":
+        return load_fashion_mnist()
+    raise ValueError(f"dataset: unknown name {name!r}; choose one of {', '.join(DATASETS)}")
