@@ -1,0 +1,46 @@
+"""Benchmark constraint streams: datasets, the paper's stream protocol, stream file formats.
+
+>>> from streams import build_stream
+>>> stream = build_stream("digits", n_constraints=10, seed=0)
+>>> anchors, positives, negatives = stream.batch(0, 4)
+>>> anchors.shape
+(4, 64)
+"""
+
+from streams.datasets import DATASETS, Dataset, load_dataset, load_digits, load_fashion_mnist
+from streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
+from streams.protocol import (
+    ClosureStream,
+    closure_stream,
+    interleave_closure,
+    pair_stream,
+    random_pairs,
+    random_triplets,
+    split_dev_test,
+    triplet_stream,
+)
+from streams.stream_file import FORMAT_VERSION, KINDS, PROTOCOLS, ConstraintStream, build_stream
+
+__all__ = [
+    "DATASETS",
+    "FORMAT_VERSION",
+    "KINDS",
+    "PROTOCOLS",
+    "ClosureStream",
+    "ConstraintStream",
+    "Dataset",
+    "build_stream",
+    "closure_stream",
+    "interleave_closure",
+    "iter_jsonl",
+    "load_dataset",
+    "load_digits",
+    "load_fashion_mnist",
+    "pair_stream",
+    "random_pairs",
+    "random_triplets",
+    "read_jsonl",
+    "split_dev_test",
+    "triplet_stream",
+    "write_jsonl",
+]

@@ -1,0 +1,276 @@
+"""JSON Lines interchange for constraint streams (version 1; see streams/FORMAT.md).
+
+One JSON object per line, each with a ``type``:
+
+* first line, the header::
+
+    {"type": "header", "version": 1, "kind": "triplet", "n_items": 1797, "n_features": 64,
+     "n_constraints": 10000, "meta": {...}}
+
+* one item record per item, before any constraint that uses it; the development items in the
+  order of ``dev_idx``, then the test items in the order of ``test_idx``::
+
+    {"type": "item", "id": 17, "x": [0.0, 0.3125, ...], "label": 3, "split": "dev"}
+
+* constraint records in stream order, of the header's kind::
+
+    {"type": "triplet", "anchor": 17, "positive": 5, "negative": 9}
+    {"type": "pair", "u": 17, "v": 5, "similar": true}
+
+Features are written as the shortest decimal of the float64 equal to each float32 value, so
+reading them back gives the identical float32. Blank lines are skipped; unknown fields are
+ignored (for forward compatibility). Any other deviation raises ``ValueError`` naming the line
+number and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from streams.atomic import atomic_open
+
+if TYPE_CHECKING:
+    from streams.stream_file import ConstraintStream
+
+JSONL_VERSION = 1
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _count(v: Any) -> str | None:
+    return None if _is_int(v) and v >= 0 else "expected a non-negative integer"
+
+
+def _one_of(*choices: str) -> Callable[[Any], str | None]:
+    return lambda v: None if v in choices else f"expected one of {', '.join(choices)}"
+
+
+def _integer(v: Any) -> str | None:
+    return None if _is_int(v) else "expected an integer"
+
+
+def _boolean(v: Any) -> str | None:
+    return None if isinstance(v, bool) else "expected true or false"
+
+
+def _object(v: Any) -> str | None:
+    return None if isinstance(v, dict) else "expected a JSON object"
+
+
+def _list(v: Any) -> str | None:
+    return None if isinstance(v, list) else "expected a list of numbers"
+
+
+# Record type -> required fields -> check (None when the value is fine, else what was expected).
+_ITEM_ID_FIELDS = {
+    "item": ("id",),
+    "triplet": ("anchor", "positive", "negative"),
+    "pair": ("u", "v"),
+}
+_SCHEMA: dict[str, dict[str, Callable[[Any], str | None]]] = {
+    "header": {
+        "version": _integer,
+        "kind": _one_of("triplet", "pair"),
+        "n_items": _count,
+        "n_features": _count,
+        "n_constraints": _count,
+        "meta": _object,
+    },
+    "item": {"id": _integer, "x": _list, "label": _integer, "split": _one_of("dev", "test")},
+    "triplet": {"anchor": _integer, "positive": _integer, "negative": _integer},
+    "pair": {"u": _integer, "v": _integer, "similar": _boolean},
+}
+
+
+def write_jsonl(stream: ConstraintStream, path: str | os.PathLike[str]) -> None:
+    """Write ``stream`` to ``path`` as JSON Lines (header, items, constraints), atomically."""
+    header = {
+        "type": "header",
+        "version": JSONL_VERSION,
+        "kind": stream.kind,
+        "n_items": stream.n_items,
+        "n_features": stream.n_features,
+        "n_constraints": len(stream),
+        "meta": stream.meta,
+    }
+    with atomic_open(path, "w") as fh:
+        fh.write(json.dumps(header) + "\n")
+        # Items in split order, so that the reader recovers dev_idx and test_idx exactly.
+        for split, ids in (("dev", stream.dev_idx), ("test", stream.test_idx)):
+            for i, x, label in zip(
+                ids.tolist(), stream.X[ids].tolist(), stream.y[ids].tolist(), strict=True
+            ):
+                item = {"type": "item", "id": i, "x": x, "label": label, "split": split}
+                fh.write(json.dumps(item) + "\n")
+        fields = ("anchor", "positive", "negative") if stream.kind == "triplet" else ("u", "v")
+        similar = [] if stream.similar is None else stream.similar.tolist()
+        for k, ids in enumerate(stream.constraints.tolist()):
+            record = {"type": stream.kind, **dict(zip(fields, ids, strict=True))}
+            if similar:
+                record["similar"] = similar[k]
+            fh.write(json.dumps(record) + "\n")
+
+
+class _Reader:
+    """Checks records one at a time against the schema and what the header announced."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = path
+        self.header: dict[str, Any] | None = None
+        self.item_seen: np.ndarray = np.zeros(0, dtype=bool)
+        self.n_items_seen = 0
+        self.n_constraints_seen = 0
+
+    def fail(self, lineno: int, message: str) -> ValueError:
+        return ValueError(f"{self.path}:{lineno}: {message}")
+
+    def check(self, record: Any, lineno: int) -> dict[str, Any]:
+        if not isinstance(record, dict):
+            raise self.fail(lineno, "expected a JSON object")
+        kind = record.get("type")
+        expected = self._expected_types()
+        if kind not in expected:
+            raise self.fail(lineno, f"field 'type': expected {' or '.join(expected)}, got {kind!r}")
+        for name, check in _SCHEMA[kind].items():
+            if name not in record:
+                raise self.fail(lineno, f"field '{name}' is missing from the {kind} record")
+            problem = check(record[name])
+            if problem:
+                raise self.fail(lineno, f"field '{name}': {problem}, got {record[name]!r}"[:300])
+        getattr(self, f"_check_{kind}")(record, lineno)
+        return record
+
+    def _expected_types(self) -> tuple[str, ...]:
+        return ("header",) if self.header is None else ("item", self.header["kind"])
+
+    def _check_header(self, record: dict[str, Any], lineno: int) -> None:
+        if record["version"] != JSONL_VERSION:
+            raise self.fail(
+                lineno,
+                f"field 'version': this reader reads {JSONL_VERSION}, got {record['version']}",
+            )
+        self.header = record
+        self.item_seen = np.zeros(record["n_items"], dtype=bool)
+
+    def _check_ids(self, record: dict[str, Any], lineno: int) -> None:
+        n_items = len(self.item_seen)
+        for name in _ITEM_ID_FIELDS[record["type"]]:
+            if not 0 <= record[name] < n_items:
+                raise self.fail(
+                    lineno,
+                    f"field '{name}': item id {record[name]} is outside [0, {n_items}) (n_items)",
+                )
+            if record["type"] != "item" and not self.item_seen[record[name]]:
+                raise self.fail(
+                    lineno,
+                    f"field '{name}': item {record[name]} has no item record before this line",
+                )
+
+    def _check_item(self, record: dict[str, Any], lineno: int) -> None:
+        self._check_ids(record, lineno)
+        assert self.header is not None
+        if len(record["x"]) != self.header["n_features"]:
+            raise self.fail(
+                lineno,
+                f"field 'x': expected {self.header['n_features']} values "
+                f"(n_features), got {len(record['x'])}",
+            )
+        if self.item_seen[record["id"]]:
+            raise self.fail(lineno, f"field 'id': item {record['id']} is defined twice")
+        # Converted without a dtype first, so that strings, nulls and nested lists show in the
+        # dtype or shape instead of being coerced to numbers.
+        try:
+            x = np.asarray(record["x"])
+        except ValueError:  # ragged nested lists
+            x = np.asarray(None)
+        if x.ndim != 1 or x.dtype.kind not in "iuf" or not np.all(np.isfinite(x)):
+            raise self.fail(lineno, "field 'x': expected a list of finite numbers")
+        with np.errstate(over="ignore"):
+            record["x"] = x.astype(np.float32)
+        if not np.all(np.isfinite(record["x"])):
+            raise self.fail(lineno, "field 'x': a value overflows float32")
+        self.item_seen[record["id"]] = True
+        self.n_items_seen += 1
+
+    def _check_triplet(self, record: dict[str, Any], lineno: int) -> None:
+        self._check_ids(record, lineno)
+        self.n_constraints_seen += 1
+
+    _check_pair = _check_triplet
+
+    def check_complete(self, lineno: int) -> None:
+        if self.header is None:
+            raise self.fail(lineno, "no header record: the file is empty")
+        for what, seen in (
+            ("n_items", self.n_items_seen),
+            ("n_constraints", self.n_constraints_seen),
+        ):
+            if seen != self.header[what]:
+                raise self.fail(
+                    lineno,
+                    f"end of file: header announced {what}="
+                    f"{self.header[what]}, found {seen} (truncated file?)",
+                )
+
+
+def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Yield the records of a JSON Lines stream one at a time, validated, reading line by line.
+
+    Item records come with ``x`` as a float32 array. A bad line raises ``ValueError`` naming the
+    line and field when the reader reaches it, after every record before it has been yielded; a
+    file that ends before the counts its header announced raises at the end.
+    """
+    reader = _Reader(path)
+    lineno = 0
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise reader.fail(lineno, f"not valid JSON ({e.msg} at column {e.colno})") from e
+            yield reader.check(record, lineno)
+    reader.check_complete(lineno)
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:
+    """Read a whole JSON Lines stream (as written by :func:`write_jsonl`) into memory."""
+    from streams.stream_file import ConstraintStream  # stream_file re-exports this module
+
+    records = iter_jsonl(path)
+    header = next(records)
+    n, kind = header["n_items"], header["kind"]
+    X = np.empty((n, header["n_features"]), dtype=np.float32)
+    y = np.empty(n, dtype=np.int64)
+    split_ids: dict[str, list[int]] = {"dev": [], "test": []}
+    constraints: list[tuple[int, ...]] = []
+    similar: list[bool] = []
+    for record in records:
+        if record["type"] == "item":
+            i = record["id"]
+            X[i], y[i] = record["x"], record["label"]
+            split_ids[record["split"]].append(i)
+        elif kind == "triplet":
+            constraints.append((record["anchor"], record["positive"], record["negative"]))
+        else:
+            constraints.append((record["u"], record["v"]))
+            similar.append(record["similar"])
+    width = 3 if kind == "triplet" else 2
+    return ConstraintStream(
+        X=X,
+        y=y,
+        dev_idx=np.array(split_ids["dev"], dtype=np.int64),
+        test_idx=np.array(split_ids["test"], dtype=np.int64),
+        kind=kind,
+        constraints=np.array(constraints, dtype=np.int64).reshape(-1, width),
+        similar=np.array(similar, dtype=bool) if kind == "pair" else None,
+        meta=header["meta"],
+    )

@@ -1,0 +1,282 @@
+"""Constraint streams in memory and on disk.
+
+A :class:`ConstraintStream` stores the items' features and labels once and the constraints as
+tuples of item indices, so a 10,000-triplet Fashion-MNIST stream costs one copy of the dataset
+plus 240 kB of indices. See streams/FORMAT.md for both file formats.
+
+Stream file (.npz, format version 1), written with ``np.savez_compressed`` and read with
+``allow_pickle=False``:
+
+=============  =========================  ===================================================
+key            dtype, shape               meaning
+=============  =========================  ===================================================
+X              float32 (n, d)             item features
+y              int64 (n,)                 item labels
+dev_idx        int64 (n_dev,)             development items (constraints come from these)
+test_idx       int64 (n_test,)            test items; dev_idx and test_idx partition range(n)
+kind           str, 0-d                   "triplet" or "pair"
+constraints    int64 (N, 3) or (N, 2)     (anchor, positive, negative) or (u, v), stream order
+similar        bool (N,)                  pairs only: True when u and v are similar
+meta           str, 0-d                   JSON object; always holds "format_version": 1
+=============  =========================  ===================================================
+
+The JSON Lines interchange format lives in :mod:`streams.jsonl` and is re-exported here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from streams.atomic import atomic_open
+from streams.datasets import Dataset, load_dataset
+from streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
+from streams.protocol import (
+    closure_stream,
+    random_pairs,
+    random_triplets,
+    split_dev_test,
+)
+
+__all__ = [
+    "FORMAT_VERSION",
+    "KINDS",
+    "PROTOCOLS",
+    "ConstraintStream",
+    "build_stream",
+    "iter_jsonl",
+    "read_jsonl",
+    "write_jsonl",
+]
+
+FORMAT_VERSION = 1
+KINDS: tuple[str, ...] = ("triplet", "pair")
+PROTOCOLS: tuple[str, ...] = ("closure", "random")
+_WIDTH = {"triplet": 3, "pair": 2}
+_NPZ_KEYS = ("X", "y", "dev_idx", "test_idx", "kind", "constraints", "meta")
+
+
+def _index_array(value: Any, name: str, ndim: int) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name}: expected integer item indices, got dtype {arr.dtype}")
+    if arr.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-d array, got shape {arr.shape}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _check_in_range(arr: np.ndarray, n_items: int, name: str) -> None:
+    if arr.size and (arr.min() < 0 or arr.max() >= n_items):
+        raise ValueError(
+            f"{name}: item indices must lie in [0, {n_items}), got [{arr.min()}, {arr.max()}]"
+        )
+
+
+@dataclass
+class ConstraintStream:
+    """Items (features + labels, stored once) and a stream of index constraints over them.
+
+    Constructing one validates and normalises every field (``ValueError`` naming the field).
+
+    >>> X = np.eye(4, dtype=np.float32); y = np.array([0, 0, 1, 1])
+    >>> s = ConstraintStream(X, y, dev_idx=[0, 1, 2], test_idx=[3], kind="triplet",
+    ...                      constraints=[[0, 1, 2], [1, 0, 2]])
+    >>> len(s), s.n_features
+    (2, 4)
+    >>> anchors, positives, negatives = s.batch(0, 2)
+    >>> anchors.argmax(axis=1).tolist(), negatives.argmax(axis=1).tolist()
+    ([0, 1], [2, 2])
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    dev_idx: np.ndarray
+    test_idx: np.ndarray
+    kind: str
+    constraints: np.ndarray
+    similar: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.X = np.ascontiguousarray(self.X, dtype=np.float32)
+        if self.X.ndim != 2:
+            raise ValueError(f"X: expected shape (n_items, n_features), got {self.X.shape}")
+        n = len(self.X)
+        self.y = _index_array(self.y, "y", ndim=1)
+        if len(self.y) != n:
+            raise ValueError(f"y: expected {n} labels (one per row of X), got {len(self.y)}")
+        self.dev_idx = _index_array(self.dev_idx, "dev_idx", ndim=1)
+        self.test_idx = _index_array(self.test_idx, "test_idx", ndim=1)
+        _check_in_range(self.dev_idx, n, "dev_idx")
+        _check_in_range(self.test_idx, n, "test_idx")
+        times_listed = np.bincount(np.concatenate([self.dev_idx, self.test_idx]), minlength=n)
+        if np.any(times_listed != 1):
+            raise ValueError(
+                "dev_idx/test_idx: must partition range(n_items), but item "
+                f"{int(np.flatnonzero(times_listed != 1)[0])} is listed "
+                f"{int(times_listed[times_listed != 1][0])} times"
+            )
+        if self.kind not in KINDS:
+            raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
+        self._check_constraints(n)
+        try:
+            if not isinstance(self.meta, dict):
+                raise TypeError(f"expected a dict, got {type(self.meta).__name__}")
+            json.dumps(self.meta)  # both file formats store meta as JSON
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"meta: must be a JSON-serialisable dict: {e}") from e
+
+    def _check_constraints(self, n_items: int) -> None:
+        width = _WIDTH[self.kind]
+        c = _index_array(self.constraints, "constraints", ndim=2)
+        if c.shape[1] != width:
+            raise ValueError(
+                f"constraints: {self.kind} streams need shape (N, {width}), got {c.shape}"
+            )
+        _check_in_range(c, n_items, "constraints")
+        is_dev = np.zeros(n_items, dtype=bool)
+        is_dev[self.dev_idx] = True
+        if not is_dev[c].all():
+            raise ValueError(
+                f"constraints: item {int(c[~is_dev[c]][0])} is not a development item (dev_idx)"
+            )
+        self.constraints = c
+        if self.kind == "triplet":
+            if self.similar is not None:
+                raise ValueError("similar: triplet streams have no similar flags; pass None")
+            return
+        sim = np.asarray(self.similar)
+        if self.similar is None or sim.dtype != np.bool_ or sim.shape != (len(c),):
+            raise ValueError(
+                f"similar: pair streams need a bool array of shape ({len(c)},), got "
+                f"{None if self.similar is None else f'{sim.dtype} {sim.shape}'}"
+            )
+        self.similar = sim
+
+    # ------------------------------------------------------------------ access
+    @property
+    def n_items(self) -> int:
+        return len(self.X)
+
+    @property
+    def n_features(self) -> int:
+        return self.X.shape[1]
+
+    def __len__(self) -> int:
+        return len(self.constraints)
+
+    def batch(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Features of constraints ``start:stop``: (anchors, positives, negatives) for triplets,
+        (u, v, similar) for pairs."""
+        c = self.constraints[start:stop]
+        if self.kind == "triplet":
+            return self.X[c[:, 0]], self.X[c[:, 1]], self.X[c[:, 2]]
+        assert self.similar is not None
+        return self.X[c[:, 0]], self.X[c[:, 1]], self.similar[start:stop]
+
+    def iter_batches(
+        self, batch_size: int = 1
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """:meth:`batch` over the whole stream in order, ``batch_size`` constraints at a time."""
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size: must be a positive integer, got {batch_size!r}")
+        for start in range(0, len(self), int(batch_size)):
+            yield self.batch(start, start + int(batch_size))
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the stream to ``path`` (.npz, see the module docstring), atomically."""
+        arrays = {
+            "X": self.X,
+            "y": self.y,
+            "dev_idx": self.dev_idx,
+            "test_idx": self.test_idx,
+            "kind": np.array(self.kind),
+            "constraints": self.constraints,
+            "meta": np.array(json.dumps({**self.meta, "format_version": FORMAT_VERSION})),
+        }
+        if self.similar is not None:
+            arrays["similar"] = self.similar
+        with atomic_open(path, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ConstraintStream:
+        """Read a stream written by :meth:`save`; ``ValueError`` naming the field if invalid."""
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                arrays = {key: npz[key] for key in npz.files}
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
+            raise ValueError(f"{path}: not a stream file (.npz): {e}") from e
+        missing = [key for key in _NPZ_KEYS if key not in arrays]
+        if missing:
+            raise ValueError(f"{path}: missing field(s) {', '.join(missing)}")
+        try:
+            meta = json.loads(str(arrays["meta"][()]))
+        except (json.JSONDecodeError, IndexError) as e:
+            raise ValueError(f"meta: {path} holds no JSON object: {e}") from e
+        if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+            raise ValueError(
+                f"format_version: {path} has "
+                f"{meta.get('format_version') if isinstance(meta, dict) else None!r}, "
+                f"this version reads {FORMAT_VERSION}"
+            )
+        return cls(
+            X=arrays["X"],
+            y=arrays["y"],
+            dev_idx=arrays["dev_idx"],
+            test_idx=arrays["test_idx"],
+            kind=str(arrays["kind"][()]),
+            constraints=arrays["constraints"],
+            similar=arrays.get("similar"),
+            meta=meta,
+        )
+
+
+def build_stream(
+    dataset: str | Dataset,
+    n_constraints: int,
+    seed: int,
+    kind: str = "triplet",
+    protocol: str = "closure",
+) -> ConstraintStream:
+    """The benchmark stream of SPEC §5 for ``dataset``: seeded 1:1 dev/test split, then
+    ``n_constraints`` constraints from the development set by ``protocol``.
+
+    >>> s = build_stream("digits", n_constraints=100, seed=0)
+    >>> len(s), s.kind, len(s.dev_idx), s.meta["n_seeds"]
+    (100, 'triplet', 899, 50)
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
+    ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
+    dev_idx, test_idx = split_dev_test(ds.n_items, seed)
+    similar = None
+    if protocol == "random":
+        sampler = random_triplets if kind == "triplet" else random_pairs
+        drawn = sampler(ds.y, dev_idx, n_constraints, seed)
+        constraints, similar = (drawn, None) if kind == "triplet" else drawn
+        n_seeds = len(constraints)
+    else:
+        closure = closure_stream(ds.y, dev_idx, n_constraints, seed, kind)
+        constraints, similar, n_seeds = closure.constraints, closure.similar, closure.is_seed.sum()
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "dataset": ds.name,
+        "seed": int(seed),
+        "protocol": protocol,
+        "n_constraints": int(n_constraints),
+        "n_seeds": int(n_seeds),
+    }
+    return ConstraintStream(ds.X, ds.y, dev_idx, test_idx, kind, constraints, similar, meta)
