@@ -1,0 +1,301 @@
+"""The HTTP API (FastAPI): queries, item management, model status, health and metrics.
+
+Items in a query are either inline (``{"x": [floats]}``) or references (``{"id": "17"}``) to the
+item store (then the gallery). Malformed input is answered 4xx naming the offending field in
+FastAPI's validation format (``{"detail": [{"loc": ["body", "items", 3, "x"], "msg": ...}]}``),
+never 5xx. Request bodies larger than ``max_request_bytes`` get 413; write endpoints require the
+bearer token when one is configured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from connectors.constraint import MISSING_LABEL, DecodeError
+from oahu.service.catalog import Catalog
+from oahu.service.http_limits import BodySizeLimit, RequestMetrics
+from oahu.service.metrics import ServiceMetrics
+from oahu.service.queries import NotReady, QueryEngine
+from oahu.service.snapshot import SnapshotPublisher
+
+
+# ---------------------------------------------------------------------- request bodies
+class ItemRef(BaseModel):
+    """An item given inline (``x``) or by ``id`` (item store, then gallery)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str | int | None = Field(None, description="id of a stored item")
+    x: list[float] | None = Field(None, description="feature vector", min_length=1)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> ItemRef:
+        if (self.id is None) == (self.x is None):
+            raise ValueError("give exactly one of 'id' and 'x'")
+        return self
+
+
+class ItemsQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[ItemRef] = Field(min_length=1)
+
+
+class NeighbourQuery(ItemsQuery):
+    k: int | None = Field(None, ge=1, le=1000, description="neighbours per depth")
+
+
+class Pair(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    left: ItemRef
+    right: ItemRef
+
+
+class VerifyQuery(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pairs: list[Pair] = Field(min_length=1)
+    threshold: float = Field(0.5, description="T of Eq. 26")
+
+
+class NewItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str | int
+    x: list[float] = Field(min_length=1)
+    label: int | None = None
+
+
+class AddItems(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[NewItem] = Field(min_length=1)
+    gallery: bool = Field(True, description="also add the items to the gallery (needs labels)")
+
+
+class RemoveItems(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ids: list[str | int] = Field(min_length=1)
+
+
+def invalid(loc: tuple[Any, ...], msg: str) -> RequestValidationError:
+    """A 422 naming the offending field, in FastAPI's own format."""
+    return RequestValidationError([{"loc": ("body", *loc), "msg": msg, "type": "value_error"}])
+
+
+# ---------------------------------------------------------------------- the app
+@dataclass
+class ServiceView:
+    """What the API needs from the running service."""
+
+    engine: QueryEngine
+    publisher: SnapshotPublisher
+    catalog: Catalog
+    metrics: ServiceMetrics
+    n_features: int
+    k: int
+    max_batch_items: int
+    max_request_bytes: int
+    auth_token: str | None
+    status: Callable[[], dict[str, Any]]  # model and stream status (/v1/model)
+    readiness: Callable[[], dict[str, bool]]  # named checks, all True when ready
+    healthy: Callable[[], bool]
+
+
+def create_app(view: ServiceView) -> FastAPI:
+    """The FastAPI application serving ``view``."""
+    app = FastAPI(
+        title="oahu",
+        version="1",
+        description="Online metric learning served while it learns: kNN classification, "
+        "verification and retrieval with the latest published model.",
+    )
+    app.add_middleware(BodySizeLimit, max_bytes=view.max_request_bytes)
+    app.add_middleware(RequestMetrics, metrics=view.metrics)
+
+    def features(items: list[ItemRef], loc: tuple[Any, ...]) -> np.ndarray:
+        if len(items) > view.max_batch_items:
+            raise invalid(loc, f"at most {view.max_batch_items} items per request")
+        out = np.empty((len(items), view.n_features), dtype=np.float32)
+        for i, item in enumerate(items):
+            if item.x is not None:
+                if len(item.x) != view.n_features:
+                    msg = f"expected {view.n_features} features, got {len(item.x)}"
+                    raise invalid((*loc, i, "x"), msg)
+                out[i] = item.x
+            else:
+                out[i] = _lookup(view.catalog, str(item.id), (*loc, i, "id"))
+        bad = ~np.isfinite(out).all(axis=1)
+        if bad.any():
+            raise invalid((*loc, int(np.argmax(bad)), "x"), "NaN or infinite value")
+        return out
+
+    async def answer(op: str, x: np.ndarray, param: Any) -> tuple[Any, Any]:
+        try:
+            return await asyncio.wrap_future(view.engine.submit(op, x, param))
+        except NotReady as exc:
+            raise HTTPException(503, str(exc)) from None
+
+    def authorised(request: Request) -> None:
+        if view.auth_token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token, view.auth_token):
+            raise HTTPException(
+                401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+    @app.post("/v1/embed", summary="Embeddings of items at every depth, with the hedge weights")
+    async def embed(body: ItemsQuery) -> dict[str, Any]:
+        emb, snap = await answer("embed", features(body.items, ("items",)), None)
+        return {
+            "embeddings": emb.transpose(1, 0, 2).tolist(),  # (items, depths, dim)
+            "alpha": snap.alpha.tolist(),
+            "metric": snap.learner.metric,
+            "model": snap.meta(),
+        }
+
+    @app.post("/v1/classify", summary="kNN classification over all depths (Eq. 23-25)")
+    async def classify(body: NeighbourQuery) -> dict[str, Any]:
+        out, snap = await answer("classify", features(body.items, ("items",)), body.k or view.k)
+        classes = [str(c) for c in out["classes"].tolist()]
+        predictions = [
+            {"label": int(label), "scores": dict(zip(classes, row, strict=True))}
+            for label, row in zip(out["labels"].tolist(), out["scores"].tolist(), strict=True)
+        ]
+        return {"predictions": predictions, "model": snap.meta()}
+
+    @app.post("/v1/retrieve", summary="The k most similar gallery items (Eq. 27)")
+    async def retrieve(body: NeighbourQuery) -> dict[str, Any]:
+        out, snap = await answer("retrieve", features(body.items, ("items",)), body.k or view.k)
+        ids = snap.gallery_ids
+        labels = snap.index.labels
+        results = []
+        for positions, scores in zip(out["positions"], out["scores"], strict=True):
+            found = positions >= 0
+            results.append(
+                [
+                    {"id": str(ids[p]), "label": _label(labels[p]), "score": float(s)}
+                    for p, s in zip(positions[found].tolist(), scores[found].tolist(), strict=True)
+                ]
+            )
+        return {"results": results, "model": snap.meta()}
+
+    @app.post("/v1/verify", summary="Are the two items of each pair similar? (Eq. 26)")
+    async def verify(body: VerifyQuery) -> dict[str, Any]:
+        if len(body.pairs) > view.max_batch_items:
+            raise invalid(("pairs",), f"at most {view.max_batch_items} pairs per request")
+        left = features([p.left for p in body.pairs], ("pairs", "left"))
+        right = features([p.right for p in body.pairs], ("pairs", "right"))
+        out, snap = await answer("verify", np.stack([left, right]), float(body.threshold))
+        results = [
+            {"similar": bool(s), "vote": float(v), "score": float(c)}
+            for s, v, c in zip(out["similar"], out["vote"], out["score"], strict=True)
+        ]
+        return {"results": results, "model": snap.meta()}
+
+    @app.post(
+        "/v1/items",
+        summary="Add items to the item store (and the gallery)",
+        dependencies=[Depends(authorised)],
+    )
+    def add_items(body: AddItems) -> dict[str, Any]:
+        if len(body.items) > view.max_batch_items:
+            raise invalid(("items",), f"at most {view.max_batch_items} items per request")
+        ids = [str(item.id) for item in body.items]
+        if len(set(ids)) != len(ids):
+            raise invalid(("items",), "duplicate ids")
+        for i, item in enumerate(body.items):
+            if len(item.x) != view.n_features:
+                msg = f"expected {view.n_features} features, got {len(item.x)}"
+                raise invalid(("items", i, "x"), msg)
+            if body.gallery and item.label is None:
+                raise invalid(("items", i, "label"), "gallery items need a label")
+        x = np.array([item.x for item in body.items], dtype=np.float32)
+        bad = ~np.isfinite(x).all(axis=1)
+        if bad.any():
+            raise invalid(("items", int(np.argmax(bad)), "x"), "NaN or infinite value")
+        labels = [MISSING_LABEL if item.label is None else item.label for item in body.items]
+        view.catalog.add(ids, x, np.array(labels, dtype=np.int64), gallery=body.gallery)
+        view.publisher.gallery_changed()
+        return {"added": len(ids), "items_version": view.catalog.version}
+
+    @app.delete(
+        "/v1/items",
+        summary="Remove items from the item store and the gallery",
+        dependencies=[Depends(authorised)],
+    )
+    def remove_items(body: RemoveItems) -> dict[str, Any]:
+        try:
+            removed = view.catalog.remove([str(i) for i in body.ids])
+        except DecodeError as exc:
+            raise HTTPException(404, exc.detail) from None
+        view.publisher.gallery_changed()
+        return {"removed": removed, "items_version": view.catalog.version}
+
+    @app.get("/v1/model", summary="Learner, hedge weights, counters, stream and checkpoint")
+    def model() -> dict[str, Any]:
+        status = dict(view.status())
+        written = status.get("checkpoint", {}).get("written_at")
+        status["checkpoint"] = {
+            **status.get("checkpoint", {}),
+            "age_seconds": time.time() - written if written else None,
+        }
+        snap = view.publisher.current
+        status["snapshot"] = (
+            None
+            if snap is None
+            else {
+                **snap.meta(),
+                "created": snap.created,
+                "gallery_items": len(snap.gallery_ids),
+            }
+        )
+        status["items"] = {
+            "store": len(view.catalog.items),
+            "gallery": len(view.catalog.gallery),
+            "version": view.catalog.version,
+        }
+        return status
+
+    @app.get("/healthz", summary="Liveness: the learner thread is alive")
+    def healthz() -> JSONResponse:
+        ok = view.healthy()
+        return JSONResponse({"status": "ok" if ok else "failed"}, status_code=200 if ok else 500)
+
+    @app.get("/readyz", summary="Readiness: source connected and a model snapshot published")
+    def readyz() -> JSONResponse:
+        checks = view.readiness()
+        ok = all(checks.values())
+        view.metrics.ready.set(1 if ok else 0)
+        return JSONResponse({"ready": ok, "checks": checks}, status_code=200 if ok else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
+    def metrics() -> Response:
+        view.metrics.ready.set(1 if all(view.readiness().values()) else 0)
+        view.metrics.store_items.set(len(view.catalog.items))
+        return Response(view.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _lookup(catalog: Catalog, item_id: str, loc: tuple[Any, ...]) -> np.ndarray:
+    for store in (catalog.items, catalog.gallery):
+        if item_id in store:
+            try:
+                return store.get([item_id])[0]
+            except DecodeError:  # removed meanwhile
+                break
+    raise invalid(loc, f"unknown item id {item_id!r}")
+
+
+def _label(value: Any) -> int | None:
+    return None if int(value) == MISSING_LABEL else int(value)

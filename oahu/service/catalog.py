@@ -1,0 +1,139 @@
+"""The service's items: the item store (features by id) and the labelled gallery, plus the
+changes made to them through the API, kept durable across restarts.
+
+Base items come from files at start-up (``--items``, ``--gallery``, the stream file). Changes
+through ``POST/DELETE /v1/items`` are recorded in an overlay that is written atomically (temp
+file, fsync, rename) before the request is answered, and re-applied on start. ``version`` counts
+those changes; checkpoints record it.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from connectors.constraint import MISSING_LABEL, DecodeError
+from connectors.items import ItemStore, as_ids
+from streams.atomic import atomic_open
+
+
+class Catalog:
+    """Item store and gallery with a durable overlay of API changes.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "items-api.npz"
+    >>> cat = Catalog(ItemStore(dim=2), ItemStore(dim=2), path)
+    >>> cat.add(["a", "b"], [[1, 0], [0, 1]], [0, 1], gallery=True)
+    >>> cat.remove(["a"])
+    >>> again = Catalog(ItemStore(dim=2), ItemStore(dim=2), path)
+    >>> again.version, len(again.items), again.gallery.get(["b"]).tolist()
+    (2, 1, [[0.0, 1.0]])
+    """
+
+    def __init__(
+        self, items: ItemStore, gallery: ItemStore, overlay_path: str | os.PathLike[str]
+    ) -> None:
+        self.items = items
+        self.gallery = gallery
+        self.overlay_path = Path(overlay_path)
+        self._lock = threading.Lock()
+        self._added: dict[str, tuple[np.ndarray, int, bool]] = {}
+        self._removed: set[str] = set()
+        self.version = 0
+        if self.overlay_path.exists():
+            self._restore()
+
+    @property
+    def dim(self) -> int | None:
+        return self.items.dim or self.gallery.dim
+
+    # ------------------------------------------------------------------ changes
+    def add(self, ids: Any, X: Any, y: Any = None, gallery: bool = False) -> None:
+        """Add (or replace) items in the store and, with ``gallery``, in the gallery too.
+
+        Gallery items need labels. Raises ``DecodeError`` for bad features, ``ValueError`` for
+        bad ids or labels; nothing changes on error.
+        """
+        keys = as_ids(ids)
+        X = np.asarray(X, dtype=np.float32)
+        labels = np.full(len(keys), MISSING_LABEL, np.int64) if y is None else np.asarray(y)
+        if labels.shape != (len(keys),):
+            raise ValueError(f"y: expected {len(keys)} labels, got shape {labels.shape}")
+        if gallery and (labels == MISSING_LABEL).any():
+            raise ValueError("label: gallery items need a label")
+        with self._lock:
+            self._check_dim(X, len(keys))
+            self.items.add(keys, X, labels)
+            if gallery:
+                self.gallery.add(keys, X, labels)
+            for key, row, label in zip(keys, X, labels.tolist(), strict=True):
+                self._added[key] = (row, int(label), gallery)
+                self._removed.discard(key)
+            self._commit()
+
+    def remove(self, ids: Any) -> int:
+        """Remove items from the store and the gallery; returns how many were known.
+
+        Raises ``DecodeError("unknown_item")`` when none of them is known.
+        """
+        keys = as_ids(ids)
+        with self._lock:
+            in_items = [k for k in keys if k in self.items]
+            in_gallery = [k for k in keys if k in self.gallery]
+            known = set(in_items) | set(in_gallery)
+            if not known:
+                raise DecodeError("unknown_item", f"none of the ids is known, e.g. {keys[0]!r}")
+            if in_items:
+                self.items.remove(in_items)
+            if in_gallery:
+                self.gallery.remove(in_gallery)
+            for key in known:
+                self._added.pop(key, None)
+                self._removed.add(key)
+            self._commit()
+            return len(known)
+
+    def _check_dim(self, X: np.ndarray, n: int) -> None:
+        dim = self.dim
+        if X.ndim != 2 or X.shape[0] != n or (dim is not None and X.shape[1] != dim):
+            raise DecodeError("bad_dimension", f"x: expected shape ({n}, {dim}), got {X.shape}")
+        if not np.isfinite(X).all():
+            raise DecodeError("non_finite", "x: NaN or inf in item features")
+
+    # ------------------------------------------------------------------ persistence
+    def _commit(self) -> None:
+        self.version += 1
+        ids = list(self._added)
+        rows = [self._added[k] for k in ids]
+        dim = self.dim or 0
+        with atomic_open(self.overlay_path, "wb") as fh:
+            np.savez(
+                fh,
+                version=np.int64(self.version),
+                ids=np.array(ids, dtype=str),
+                X=np.stack([r[0] for r in rows]) if rows else np.zeros((0, dim), np.float32),
+                y=np.array([r[1] for r in rows], dtype=np.int64),
+                in_gallery=np.array([r[2] for r in rows], dtype=bool),
+                removed=np.array(sorted(self._removed), dtype=str),
+            )
+
+    def _restore(self) -> None:
+        with np.load(self.overlay_path, allow_pickle=False) as npz:
+            self.version = int(npz["version"])
+            removed = npz["removed"].tolist()
+            ids, X, y, in_gallery = (npz[k] for k in ("ids", "X", "y", "in_gallery"))
+        for store in (self.items, self.gallery):
+            known = [k for k in removed if k in store]
+            if known:
+                store.remove(known)
+        self._removed = set(removed)
+        if len(ids):
+            self.items.add(ids, X, y)
+            if in_gallery.any():
+                self.gallery.add(ids[in_gallery], X[in_gallery], y[in_gallery])
+        keys = ids.tolist()
+        self._added = {k: (X[i], int(y[i]), bool(in_gallery[i])) for i, k in enumerate(keys)}

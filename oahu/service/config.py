@@ -1,0 +1,314 @@
+"""The service's configuration: one typed place, filled from defaults, a file, env vars and flags.
+
+Precedence, lowest first: the defaults below, one config file (TOML or YAML, keys are the field
+names), environment variables ``OAHU_<FIELD>`` (``OAHU_KAFKA__<KEY>`` and
+``OAHU_LEARNER_PARAMS__<KEY>`` for single entries of the two tables), then command-line flags.
+Every field carries its ``--help`` text, so the flags and their documentation cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+from oahu.registry import LEARNER_NAMES
+
+ENV_PREFIX = "OAHU_"
+_TABLES = ("kafka", "learner_params")  # dict-valued fields, filled KEY=VALUE
+
+
+def _opt(default: Any, help: str, metavar: str | None = None) -> Any:
+    return field(default=default, metadata={"help": help, "metavar": metavar})
+
+
+def _meta(help: str) -> dict[str, Any]:
+    return {"help": help, "metavar": "KEY=VALUE"}
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """Everything ``oahu run`` can be told. Invalid values raise ``ValueError`` naming the field.
+
+    >>> cfg = ServiceConfig(source="kafka://127.0.0.1:9092/constraints?group=g1")
+    >>> cfg.kafka_target(), cfg.http_host_port()
+    (('127.0.0.1:9092', 'constraints', 'g1'), ('127.0.0.1', 8000))
+    >>> ServiceConfig(checkpoint_every=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: checkpoint_every: must be >= 1, got 0
+    """
+
+    source: str | None = _opt(
+        None,
+        "constraint source: file:///abs/path/stream.npz (or .jsonl, or one message per line) or "
+        "kafka://HOST:PORT/TOPIC?group=NAME; default: a digits stream built once and cached "
+        "in the checkpoint dir",
+        "URI",
+    )
+    checkpoint_dir: str = _opt("oahu-state", "directory for checkpoints and service state", "DIR")
+    http: str = _opt("127.0.0.1:8000", "address the HTTP API listens on", "HOST:PORT")
+    learner: str = _opt("oahu", f"learner to train: {', '.join(LEARNER_NAMES)}", "NAME")
+    learner_params: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_meta("learner constructor parameter (repeatable), e.g. batch_size=1"),
+    )
+    n_features: int | None = _opt(
+        None, "input dimension; default: that of the checkpoint, item store or gallery", "D"
+    )
+    items: str | None = _opt(
+        None, "item store file (.npz with ids, X[, y], or a stream file): features by id", "FILE"
+    )
+    gallery: str | None = _opt(
+        None,
+        "labelled gallery to classify and retrieve against (.npz with ids, X, y, or a stream "
+        "file, whose development items are used); default: the file source's development items",
+        "FILE",
+    )
+    exit_at_end: bool = _opt(
+        False, "file sources: checkpoint and exit 0 once the file is exhausted"
+    )
+    checkpoint_every: int = _opt(5000, "checkpoint after this many consumed constraints", "N")
+    checkpoint_interval: float = _opt(30.0, "... or after this many seconds", "SECONDS")
+    reindex_every: int = _opt(1000, "re-embed the gallery after this many model updates", "N")
+    reindex_interval: float = _opt(5.0, "... or after this many seconds", "SECONDS")
+    poll_records: int = _opt(1000, "most records fetched (and learned as a run) at once", "N")
+    poll_timeout: float = _opt(0.5, "longest wait for records in one poll", "SECONDS")
+    dead_letter: str | None = _opt(
+        None,
+        "where rejected messages go: a topic for Kafka sources (default TOPIC.dead-letter), "
+        "a JSON Lines file for file sources (default CHECKPOINT_DIR/dead-letters.jsonl)",
+        "TOPIC|FILE",
+    )
+    kafka: dict[str, Any] = field(
+        default_factory=dict,
+        metadata=_meta(
+            "kafka-python consumer/producer setting (repeatable), e.g. "
+            "security_protocol=SASL_SSL, sasl_mechanism=PLAIN, sasl_plain_username=..., "
+            "ssl_cafile=..."
+        ),
+    )
+    auth_token: str | None = _opt(
+        None, "bearer token required by the write endpoints (POST/DELETE /v1/items)", "TOKEN"
+    )
+    max_request_bytes: int = _opt(16 * 1024 * 1024, "largest accepted request body", "BYTES")
+    max_batch_items: int = _opt(4096, "most items (or pairs) in one request", "N")
+    k: int = _opt(5, "neighbours per depth for classification and retrieval (Eq. 23-27)", "K")
+    threads: int = _opt(1, "torch threads of the learner", "N")
+    default_constraints: int = _opt(
+        10000, "length of the default digits stream (when no --source is given)", "N"
+    )
+    seed: int = _opt(0, "seed of the default digits stream", "SEED")
+    log_level: str = _opt("info", "debug, info, warning or error", "LEVEL")
+
+    def __post_init__(self) -> None:
+        for name in (
+            "checkpoint_every",
+            "poll_records",
+            "max_request_bytes",
+            "max_batch_items",
+            "k",
+            "threads",
+            "reindex_every",
+            "default_constraints",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.n_features is not None and self.n_features < 1:
+            raise ValueError(f"n_features: must be >= 1, got {self.n_features}")
+        for name in ("checkpoint_interval", "reindex_interval", "poll_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
+        if self.learner not in LEARNER_NAMES:
+            raise ValueError(
+                f"learner: unknown name {self.learner!r}; choose one of {', '.join(LEARNER_NAMES)}"
+            )
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise ValueError(f"log_level: debug, info, warning or error, got {self.log_level!r}")
+        self.http_host_port()
+        if self.source is not None:
+            scheme = urlparse(self.source).scheme
+            if scheme == "kafka":
+                self.kafka_target()
+            elif scheme == "file":
+                if not urlparse(self.source).path.startswith("/"):
+                    raise ValueError(f"source: file URIs need an absolute path, got {self.source}")
+            else:
+                raise ValueError(
+                    f"source: expected file:///abs/path or kafka://HOST:PORT/TOPIC?group=NAME, "
+                    f"got {self.source!r}"
+                )
+
+    # ------------------------------------------------------------------ views
+    @property
+    def is_kafka(self) -> bool:
+        return self.source is not None and self.source.startswith("kafka://")
+
+    def file_path(self) -> Path:
+        """The path of a ``file://`` source."""
+        return Path(urlparse(self.source or "").path)
+
+    def kafka_target(self) -> tuple[str, str, str]:
+        """(bootstrap servers, topic, group) of a ``kafka://`` source."""
+        uri = urlparse(self.source or "")
+        topic = uri.path.strip("/")
+        group = parse_qs(uri.query).get("group", ["oahu"])[0]
+        if not uri.netloc or not topic or "/" in topic:
+            raise ValueError(f"source: expected kafka://HOST:PORT/TOPIC?group=NAME, got {uri}")
+        return uri.netloc, topic, group
+
+    def http_host_port(self) -> tuple[str, int]:
+        host, sep, port = self.http.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+            raise ValueError(f"http: expected HOST:PORT, got {self.http!r}")
+        return host.strip("[]"), int(port)
+
+    def replace(self, **changes: Any) -> ServiceConfig:
+        return dataclasses.replace(self, **changes)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(ServiceConfig)}
+_TYPES = typing.get_type_hints(ServiceConfig)
+
+
+def _base_type(name: str) -> type:
+    hint = _TYPES[name]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        hint = next(a for a in typing.get_args(hint) if a is not type(None))
+    return typing.get_origin(hint) or hint
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """``value`` (from a file, env var or flag) as the field's type; ValueError naming it."""
+    kind = _base_type(name)
+    if kind is dict:
+        if not isinstance(value, Mapping):
+            raise ValueError(f"{name}: expected a table of KEY = VALUE, got {value!r}")
+        return {str(k).replace("-", "_"): parse_value(v) for k, v in value.items()}
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in ("1", "true", "yes", "on"):
+            return True
+        if text in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"{name}: expected true or false, got {value!r}")
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}: expected {kind.__name__}, got {value!r}") from None
+
+
+def parse_value(value: Any) -> Any:
+    """A table value: numbers, booleans and JSON stay typed, anything else is a string."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def parse_pairs(entries: list[str], name: str) -> dict[str, Any]:
+    out = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{name}: expected KEY=VALUE, got {entry!r}")
+        out[key.strip()] = value
+    return out
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Fields from a TOML (.toml) or YAML (.yaml/.yml) file; unknown keys raise ValueError."""
+    path = Path(path)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".toml":
+        raw = tomllib.loads(text)
+    elif path.suffix in (".yaml", ".yml"):
+        import yaml
+
+        raw = yaml.safe_load(text) or {}
+    else:
+        raise ValueError(f"config: expected a .toml, .yaml or .yml file, got {path}")
+    if not isinstance(raw, dict):
+        raise ValueError(f"config: {path} must hold a table of settings")
+    out = {}
+    for key, value in raw.items():
+        name = str(key).replace("-", "_")
+        if name not in _FIELDS:
+            raise ValueError(f"config: unknown setting {key!r} in {path}")
+        out[name] = _coerce(name, value)
+    return out
+
+
+def read_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Fields from ``OAHU_<FIELD>`` and ``OAHU_<TABLE>__<KEY>`` variables.
+
+    >>> read_env({"OAHU_HTTP": "0.0.0.0:9000", "OAHU_KAFKA__SECURITY_PROTOCOL": "SSL"})
+    {'http': '0.0.0.0:9000', 'kafka': {'security_protocol': 'SSL'}}
+    """
+    out: dict[str, Any] = {}
+    for var, value in sorted(environ.items()):
+        if not var.startswith(ENV_PREFIX):
+            continue
+        name, _, key = var[len(ENV_PREFIX) :].lower().partition("__")
+        if key and name in _TABLES:
+            out.setdefault(name, {})[key] = parse_value(value)
+        elif not key and name in _FIELDS and name not in _TABLES:
+            out[name] = _coerce(name, value)
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per field (defaults left to :func:`resolve_config`), plus ``--config``."""
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML or YAML file of settings (keys are the option names below, with _ for -); "
+        f"environment variables {ENV_PREFIX}<OPTION> override it, flags override both",
+    )
+    for name, f in _FIELDS.items():
+        flag = "--" + name.replace("_", "-")
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        text = f"{f.metadata['help']} (default: {default!r})"
+        if name in _TABLES:
+            flag = {"kafka": "--kafka-option", "learner_params": "--learner-param"}[name]
+            parser.add_argument(flag, dest=name, action="append", metavar="KEY=VALUE", help=text)
+        elif _base_type(name) is bool:
+            parser.add_argument(flag, dest=name, action="store_true", default=None, help=text)
+        else:
+            parser.add_argument(flag, dest=name, metavar=f.metadata["metavar"], help=text)
+
+
+def resolve_config(
+    args: argparse.Namespace, environ: Mapping[str, str] | None = None
+) -> ServiceConfig:
+    """Merge defaults < config file < environment < flags into a validated ``ServiceConfig``."""
+    values: dict[str, Any] = {}
+    if getattr(args, "config", None):
+        values.update(read_config_file(args.config))
+    for name, value in read_env(os.environ if environ is None else environ).items():
+        if name in _TABLES:
+            values[name] = {**values.get(name, {}), **value}
+        else:
+            values[name] = value
+    for name in _FIELDS:
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name in _TABLES:
+            values[name] = {**values.get(name, {}), **_coerce(name, parse_pairs(value, name))}
+        else:
+            values[name] = _coerce(name, value)
+    return ServiceConfig(**values)

@@ -1,0 +1,137 @@
+"""The service's Prometheus metrics: one registry per service, conventional names and units.
+
+Counters end in ``_total``, durations are histograms in seconds, timestamps are gauges in Unix
+seconds. Model-derived values (updates, utilisation, per-depth loss and α) are gauges set from the
+learner after each run of updates. deploy/grafana-dashboard.json charts all of them.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+_FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+_SLOW = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class ServiceMetrics:
+    """Metric objects of one service instance, in their own ``CollectorRegistry``.
+
+    >>> m = ServiceMetrics()
+    >>> m.consumed.inc(3)
+    >>> m.dead_letters.labels(reason="non_finite").inc()
+    >>> text = m.render().decode()
+    >>> "oahu_constraints_consumed_total 3.0" in text
+    True
+    >>> 'oahu_dead_letters_total{reason="non_finite"} 1.0' in text
+    True
+    """
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        # ---- the stream
+        self.consumed = Counter(
+            "oahu_constraints_consumed", "Records read from the source, good or bad.", registry=r
+        )
+        self.learned = Counter(
+            "oahu_constraints_learned",
+            "Valid constraints the learner processed (consumed minus dead letters and skips).",
+            registry=r,
+        )
+        self.used = Counter(
+            "oahu_constraints_used", "Constraints that changed the model.", registry=r
+        )
+        self.skipped = Counter(
+            "oahu_constraints_skipped",
+            "Decoded constraints the learner refused (non-finite, degenerate), by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "oahu_dead_letters",
+            "Messages sent to the dead-letter sink, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.lag = Gauge(
+            "oahu_consumer_lag",
+            "Records left in the source, per partition.",
+            ["partition"],
+            registry=r,
+        )
+        self.source_ready = Gauge(
+            "oahu_source_ready", "1 while the source is connected and delivering.", registry=r
+        )
+        # ---- the model
+        self.updates = Gauge("oahu_model_updates", "Parameter steps taken so far.", registry=r)
+        self.utilization = Gauge(
+            "oahu_constraint_utilization",
+            "Fraction of valid constraints that changed the model (U, Table 3).",
+            registry=r,
+        )
+        self.alpha = Gauge(
+            "oahu_hedge_weight", "Hedge weight α of each depth (Eq. 20).", ["depth"], registry=r
+        )
+        self.depth_loss = Gauge(
+            "oahu_depth_loss", "Latest ABTL loss of each depth (Eq. 13).", ["depth"], registry=r
+        )
+        self.update_seconds = Histogram(
+            "oahu_update_duration_seconds",
+            "Time to apply one constraint to the model (a run's time over its length).",
+            buckets=_FAST,
+            registry=r,
+        )
+        # ---- checkpoints
+        self.checkpoint_seconds = Histogram(
+            "oahu_checkpoint_duration_seconds",
+            "Time to write a checkpoint and commit its offsets.",
+            buckets=_SLOW,
+            registry=r,
+        )
+        self.checkpoint_time = Gauge(
+            "oahu_checkpoint_timestamp_seconds",
+            "When the last checkpoint was written.",
+            registry=r,
+        )
+        self.checkpoint_age = Gauge(
+            "oahu_checkpoint_age_seconds", "Seconds since the last checkpoint.", registry=r
+        )
+        self.checkpoint_age.set_function(self._checkpoint_age)
+        # ---- serving
+        self.gallery_items = Gauge(
+            "oahu_gallery_items", "Items in the published gallery index.", registry=r
+        )
+        self.store_items = Gauge("oahu_item_store_items", "Items in the item store.", registry=r)
+        self.reindex_time = Gauge(
+            "oahu_gallery_reindex_timestamp_seconds",
+            "When the published snapshot (model + gallery index) was last rebuilt.",
+            registry=r,
+        )
+        self.reindex_seconds = Histogram(
+            "oahu_gallery_reindex_duration_seconds",
+            "Time to clone the model and re-embed and index the gallery.",
+            buckets=_SLOW,
+            registry=r,
+        )
+        self.snapshot_updates = Gauge(
+            "oahu_snapshot_model_updates",
+            "Model updates in the snapshot queries read.",
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "oahu_http_request_duration_seconds",
+            "HTTP request latency by endpoint, method and status.",
+            ["endpoint", "method", "status"],
+            buckets=_SLOW,
+            registry=r,
+        )
+        self.ready = Gauge("oahu_ready", "1 while /readyz answers 200.", registry=r)
+
+    def _checkpoint_age(self) -> float:
+        written = self.checkpoint_time._value.get()  # 0 until the first checkpoint
+        return time.time() - written if written else 0.0
+
+    def render(self) -> bytes:
+        """The text exposition format of every metric."""
+        return generate_latest(self.registry)

@@ -1,0 +1,155 @@
+"""Answering queries from the published snapshot, batched across concurrent requests.
+
+One worker thread takes every query that is waiting, groups them by operation and parameter, and
+answers each group with one embedding pass and one index search (a single query costs almost as
+much as fifty). Each group reads ``publisher.current`` once, so all of its answers come from one
+snapshot. Keeping the math in one thread also keeps it off the event loop and leaves the other
+core to the learner.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections import defaultdict
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from oahu.inference import classify, retrieve, verify
+from oahu.service.snapshot import Snapshot, SnapshotPublisher
+
+OPERATIONS = ("embed", "classify", "retrieve", "verify")
+
+
+class NotReady(RuntimeError):
+    """No snapshot published yet, or the gallery a query needs is empty."""
+
+
+@dataclass
+class _Job:
+    op: str
+    param: Any  # k for classify/retrieve, the threshold for verify, None for embed
+    x: np.ndarray  # (n, d); verify: (2, n, d)
+    future: Future
+
+
+class QueryEngine:
+    """Batched embed / classify / retrieve / verify over the current snapshot.
+
+    >>> import tempfile, pathlib
+    >>> from connectors.items import ItemStore
+    >>> from oahu.registry import make_learner
+    >>> from oahu.service.catalog import Catalog
+    >>> from oahu.service.metrics import ServiceMetrics
+    >>> gallery = ItemStore(dim=2)
+    >>> gallery.add(["a", "b"], [[1, 0], [0, 1]], y=[0, 1])
+    >>> cat = Catalog(ItemStore(dim=2), gallery, pathlib.Path(tempfile.mkdtemp()) / "o.npz")
+    >>> pub = SnapshotPublisher(cat, ServiceMetrics())
+    >>> pub.start(); _ = pub.offer(make_learner("euclidean", 2), force=True)
+    >>> _ = pub.wait_for(1, timeout=10)
+    >>> engine = QueryEngine(pub); engine.start()
+    >>> result, snap = engine.submit("classify", np.array([[0.9, 0.1]]), 1).result()
+    >>> result["labels"].tolist(), snap.version
+    ([0], 1)
+    >>> engine.stop(); pub.stop()
+    """
+
+    def __init__(self, publisher: SnapshotPublisher, max_batch_rows: int = 4096) -> None:
+        self.publisher = publisher
+        self.max_batch_rows = max_batch_rows
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="oahu-queries", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+
+    def submit(self, op: str, x: np.ndarray, param: Any = None) -> Future:
+        """Queue one request; the future resolves to ``(result, snapshot)``."""
+        if op not in OPERATIONS:
+            raise ValueError(f"op: one of {OPERATIONS}, got {op!r}")
+        job = _Job(op, param, np.asarray(x, dtype=np.float32), Future())
+        self._queue.put(job)
+        return job.future
+
+    # ------------------------------------------------------------------ worker
+    def _take_waiting(self, first: _Job) -> tuple[list[_Job], bool]:
+        jobs, rows = [first], len(first.x)
+        while rows < self.max_batch_rows:
+            try:
+                job = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is None:
+                return jobs, True
+            jobs.append(job)
+            rows += job.x.shape[-2]
+        return jobs, False
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            jobs, stopping = self._take_waiting(first)
+            groups: dict[tuple[str, Any], list[_Job]] = defaultdict(list)
+            for job in jobs:
+                groups[(job.op, job.param)].append(job)
+            for (op, param), group in groups.items():
+                self._answer(op, param, group)
+            if stopping:
+                return
+
+    def _answer(self, op: str, param: Any, jobs: list[_Job]) -> None:
+        snapshot = self.publisher.current
+        try:
+            if snapshot is None:
+                raise NotReady("no model snapshot published yet")
+            results = _compute(op, param, snapshot, [job.x for job in jobs])
+        except Exception as exc:  # every waiting request learns what went wrong
+            for job in jobs:
+                job.future.set_exception(exc)
+            return
+        for job, result in zip(jobs, results, strict=True):
+            job.future.set_result((result, snapshot))
+
+
+def _split(n_rows: list[int]) -> list[slice]:
+    bounds = np.concatenate([[0], np.cumsum(n_rows)])
+    return [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
+
+
+def _compute(op: str, param: Any, snap: Snapshot, xs: list[np.ndarray]) -> list[Any]:
+    """One pass for all inputs of a group; the answers split back per request."""
+    if op == "verify":
+        parts = _split([x.shape[1] for x in xs])
+        pairs = np.concatenate(xs, axis=1)
+        emb = snap.learner.embed(np.concatenate([pairs[0], pairs[1]]), role="query")
+        n = pairs.shape[1]
+        out = verify(
+            emb[:, :n], emb[:, n:], snap.alpha, threshold=param, metric=snap.learner.metric
+        )
+        return [
+            {"similar": out.similar[s], "vote": out.vote[s], "score": out.score[s]} for s in parts
+        ]
+    parts = _split([len(x) for x in xs])
+    emb = snap.learner.embed(np.concatenate(xs), role="query")
+    if op == "embed":
+        return [emb[:, s] for s in parts]
+    if snap.index is None:
+        raise NotReady("the gallery is empty: add labelled items with POST /v1/items")
+    if op == "classify":
+        result = classify(snap.index, emb, snap.alpha, k=param)
+        return [
+            {"labels": result.labels[s], "classes": result.classes, "scores": result.scores[s]}
+            for s in parts
+        ]
+    found = retrieve(snap.index, emb, snap.alpha, k=param)
+    return [{"positions": found.positions[s], "scores": found.scores[s]} for s in parts]
