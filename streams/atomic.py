@@ -12,7 +12,7 @@ from typing import IO
 
 @contextmanager
 def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
-    """Open a temp file beside ``path`` for writing; on success fsync it and rename it to ``path``.
+    """Open a temp file beside ``path`` for writing; on success fsync it, rename it to ``path``.
 
     >>> import tempfile, pathlib
     >>> target = pathlib.Path(tempfile.mkdtemp()) / "a.txt"
@@ -36,3 +36,9 @@ def atomic_open(path: str | os.PathLike[str], mode: str = "wb") -> Iterator[IO]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    # The rename itself is durable only once the directory entry is on disk.
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
