@@ -1,0 +1,42 @@
+"""The fixed Euclidean metric: the reference every learned metric has to beat."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from oahu.learner import ConstraintKind, Learner, MetricKind, as_feature_matrix
+
+
+class Euclidean(Learner):
+    """No learning: items embed as themselves and constraints leave the model unchanged.
+
+    It accepts triplets and pairs so that it can sit in any stream; every returned mask is
+    all False and ``constraints_used`` stays 0.
+
+    >>> eu = Euclidean(n_features=2)
+    >>> eu.learn_triplets([[0.0, 0.0]], [[1.0, 0.0]], [[0.0, 3.0]]).tolist()
+    [False]
+    >>> eu.embed([[3.0, 4.0]]).tolist()
+    [[[3.0, 4.0]]]
+    """
+
+    name: ClassVar[str] = "euclidean"
+    constraint_kind: ClassVar[ConstraintKind] = "triplet"
+    metric: ClassVar[MetricKind] = "l2"
+
+    def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+        return np.zeros(len(a), dtype=bool)
+
+    def _learn_pairs(self, u: np.ndarray, v: np.ndarray, similar: np.ndarray) -> np.ndarray:
+        return np.zeros(len(u), dtype=bool)
+
+    def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
+        return as_feature_matrix(x, self.n_features, "x").copy()[None]
+
+    def _get_state(self) -> dict[str, Any]:
+        return {}
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        return None

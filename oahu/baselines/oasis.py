@@ -1,0 +1,102 @@
+"""OASIS: Online Algorithm for Scalable Image Similarity (Chechik, Sharma, Shalit, Bengio,
+JMLR 2010).
+
+A bilinear similarity S(p, q) = pᵀ W q, W0 = I, learned passive-aggressively from triplets
+(p, p⁺, p⁻) (SPEC §6; the paper's Eq. 2 loss and its PA-I step):
+
+    l = max(0, 1 − S(p, p⁺) + S(p, p⁻))
+    V = p (p⁺ − p⁻)ᵀ,   τ = min(C, l / ‖V‖²_F),   W ← W + τ V
+
+W is neither symmetric nor PSD; items are compared by inner product (metric "ip") with the query
+embedded as itself and the gallery item q as W q, so <embed_q(p), embed_g(q)> = pᵀ W q.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from oahu.baselines._linalg import (
+    as_fortran64,
+    fortran_identity,
+    matvec,
+    rank1_update,
+    single_threaded_blas,
+    to_tensor,
+)
+from oahu.baselines._params import positive_float
+from oahu.learner import ConstraintKind, Learner, MetricKind, as_feature_matrix
+
+
+class OASIS(Learner):
+    """OASIS online bilinear similarity learner from triplets.
+
+    Parameters
+    ----------
+    n_features : input dimension d.
+    aggressiveness : C, the cap on the passive-aggressive step τ (the paper's default 0.1).
+
+    >>> import numpy as np
+    >>> oasis = OASIS(n_features=2)
+    >>> oasis.learn_triplets([[1.0, 0.0]], [[0.0, 1.0]], [[1.0, 0.5]]).tolist()  # l = 2
+    [True]
+    >>> oasis.similarity_matrix.round(3).tolist()  # τ = min(0.1, 2 / 1.25) = 0.1
+    [[0.9, 0.05], [0.0, 1.0]]
+    >>> q, g = oasis.embed([[1.0, 0.0]]), oasis.embed([[0.0, 1.0]], role="gallery")
+    >>> round(float(q[0, 0] @ g[0, 0]), 6)  # S(e1, e2) = e1ᵀ W e2
+    0.05
+    """
+
+    name: ClassVar[str] = "oasis"
+    constraint_kind: ClassVar[ConstraintKind] = "triplet"
+    metric: ClassVar[MetricKind] = "ip"
+
+    def __init__(self, n_features: int, aggressiveness: float = 0.1) -> None:
+        super().__init__(n_features)
+        self.aggressiveness = positive_float("aggressiveness", aggressiveness)
+        self._w = fortran_identity(self.n_features)
+
+    @property
+    def similarity_matrix(self) -> np.ndarray:
+        """The current W (float64 copy)."""
+        return np.array(self._w, order="C", copy=True)
+
+    def get_params(self) -> dict[str, Any]:
+        return {"aggressiveness": self.aggressiveness}
+
+    def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+        queries = a.astype(np.float64)
+        pos_minus_neg = p.astype(np.float64) - n.astype(np.float64)
+        used = np.zeros(len(a), dtype=bool)
+        with single_threaded_blas():
+            for i in range(len(a)):
+                used[i] = self._update(queries[i], pos_minus_neg[i])
+        return used
+
+    def _update(self, query: np.ndarray, pos_minus_neg: np.ndarray) -> bool:
+        # S(p, p⁺) − S(p, p⁻) = pᵀ W (p⁺ − p⁻): one matrix-vector product.
+        margin = float(query @ matvec(self._w, pos_minus_neg))
+        loss = 1.0 - margin
+        v_norm_sq = float(query @ query) * float(pos_minus_neg @ pos_minus_neg)  # ‖p (p⁺−p⁻)ᵀ‖²_F
+        if loss <= 0.0 or v_norm_sq == 0.0:
+            return False
+        tau = min(self.aggressiveness, loss / v_norm_sq)
+        rank1_update(self._w, tau, query, pos_minus_neg)
+        self.updates += 1
+        return True
+
+    def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
+        """Queries embed as themselves, gallery items q as W q (rows: X Wᵀ)."""
+        items = as_feature_matrix(x, self.n_features, "x")
+        if role == "query":
+            return items.copy()[None]  # a copy: never hand back a view of the caller's input
+        if role != "gallery":
+            raise ValueError(f"role: must be 'query' or 'gallery', got {role!r}")
+        return (items @ self._w.T.astype(np.float32))[None]
+
+    def _get_state(self) -> dict[str, Any]:
+        return {"W": to_tensor(self._w)}
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        self._w = as_fortran64(state["W"])
