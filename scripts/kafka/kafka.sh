@@ -97,8 +97,12 @@ start_once() {  # one attempt; returns 1 if the broker died (e.g. a port was tak
   rm -rf "$RUN_DIR/data" "$RUN_DIR/logs"
   mkdir -p "$RUN_DIR/logs"
   write_properties "$broker" "$controller"
-  # A Kafka Uuid is 16 random bytes in unpadded URL-safe base64; saves a JVM start.
-  cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+  # A Kafka Uuid is 16 random bytes in unpadded URL-safe base64 (saves a JVM start); one
+  # starting with "-" would be read as a command-line option, as Kafka's own generator knows.
+  cluster_id="-"
+  while [[ "$cluster_id" == -* ]]; do
+    cluster_id="$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')"
+  done
   (java_run kafka.tools.StorageTool format -t "$cluster_id" -c "$RUN_DIR/server.properties") \
     >"$RUN_DIR/logs/format.log" 2>&1 || { cat "$RUN_DIR/logs/format.log" >&2; die "format failed"; }
   java_run kafka.Kafka "$RUN_DIR/server.properties" </dev/null >"$RUN_DIR/logs/stdout.log" 2>&1 &
