@@ -11,12 +11,22 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from connectors.constraint import MISSING_LABEL, DecodeError
+
+
+def _canonical_int(item_id: str) -> int | None:
+    """The int an id spells in canonical decimal ("17", "-3"; not "017" or "+3"), else None."""
+    try:
+        value = int(item_id)
+    except ValueError:
+        return None
+    return value if str(value) == item_id else None
 
 
 def as_ids(ids: Any) -> list[str]:
@@ -48,6 +58,9 @@ class ItemStore:
         self._lock = threading.RLock()
         self._ids: list[str] = []
         self._row: dict[str, int] = {}
+        # Same rows keyed by int for ids that are canonical integers, so int64 ids from binary
+        # messages are looked up without converting each to str.
+        self._int_row: dict[int, int] = {}
         self._X = np.zeros((0, self._dim or 0), dtype=np.float32)  # capacity >= len
         self._y = np.zeros(0, dtype=np.int64)
         self._version = 0
@@ -69,11 +82,21 @@ class ItemStore:
     def __contains__(self, item_id: object) -> bool:
         return str(item_id) in self._row
 
-    def _rows(self, ids: list[str]) -> np.ndarray:
-        rows = np.fromiter((self._row.get(i, -1) for i in ids), dtype=np.int64, count=len(ids))
+    def _lookup(self, ids: Any) -> tuple[np.ndarray, list]:
+        """(row of each id, -1 where unknown; the ids as looked up). Call with the lock held."""
+        if isinstance(ids, np.ndarray) and ids.dtype.kind in "iu":
+            keys: list = ids.ravel().tolist()
+            table: dict = self._int_row
+        else:
+            keys, table = as_ids(ids), self._row
+        rows = np.fromiter(map(table.get, keys, repeat(-1)), dtype=np.int64, count=len(keys))
+        return rows, keys
+
+    def _rows(self, ids: Any) -> np.ndarray:
+        rows, keys = self._lookup(ids)
         missing = rows < 0
         if missing.any():
-            first = ids[int(np.argmax(missing))]
+            first = str(keys[int(np.argmax(missing))])
             raise DecodeError(
                 "unknown_item", f"{int(missing.sum())} unknown item id(s), e.g. {first!r}"
             )
@@ -82,30 +105,25 @@ class ItemStore:
     def get(self, ids: Any) -> np.ndarray:
         """Features of ``ids`` (float32, shape (n, dim), a copy); ``DecodeError("unknown_item")``
         if any id is unknown."""
-        keys = as_ids(ids)
         with self._lock:
-            return self._X[self._rows(keys)]
+            return self._X[self._rows(ids)]
 
     def get_many(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """Features of ``ids`` and a bool mask of the ids found (rows of unknown ids are zero);
         for batches where one unknown id must not fail the others."""
-        keys = as_ids(ids)
         with self._lock:
-            rows = np.fromiter((self._row.get(i, -1) for i in keys), np.int64, count=len(keys))
+            rows, _ = self._lookup(ids)
             found = rows >= 0
-            X = (
-                self._X[np.where(found, rows, 0)]
-                if len(self)
-                else np.zeros((len(keys), self._dim or 0), np.float32)
-            )
+            X = self._X[np.where(found, rows, 0)] if len(self) else None
+        if X is None:
+            return np.zeros((len(rows), self._dim or 0), np.float32), found
         X[~found] = 0.0
         return X, found
 
     def labels(self, ids: Any) -> np.ndarray:
         """Labels of ``ids`` (int64; ``MISSING_LABEL`` where an item has none)."""
-        keys = as_ids(ids)
         with self._lock:
-            return self._y[self._rows(keys)]
+            return self._y[self._rows(ids)]
 
     def snapshot(self) -> tuple[list[str], np.ndarray, np.ndarray]:
         """(ids, X, y) copies of everything, consistent with one ``version``."""
@@ -144,7 +162,7 @@ class ItemStore:
             if self._dim is None:
                 self._dim = arr.shape[1]
                 self._X = np.zeros((0, self._dim), np.float32)
-            rows = np.fromiter((self._row.get(i, -1) for i in keys), np.int64, count=len(keys))
+            rows, _ = self._lookup(keys)
             new = rows < 0
             n_old = len(self._ids)
             rows[new] = np.arange(n_old, n_old + int(new.sum()))
@@ -152,9 +170,15 @@ class ItemStore:
             self._X[rows] = arr
             self._y[rows] = labels
             for i in np.flatnonzero(new).tolist():
-                self._row[keys[i]] = len(self._ids)
+                self._index(keys[i], len(self._ids))
                 self._ids.append(keys[i])
             self._version += 1
+
+    def _index(self, item_id: str, row: int) -> None:
+        self._row[item_id] = row
+        as_int = _canonical_int(item_id)
+        if as_int is not None:
+            self._int_row[as_int] = row
 
     def _reserve(self, n: int) -> None:
         if n <= len(self._X):
@@ -177,7 +201,9 @@ class ItemStore:
             self._X[:n_keep] = self._X[: len(self._ids)][keep]
             self._y[:n_keep] = self._y[: len(self._ids)][keep]
             self._ids = [i for i, k in zip(self._ids, keep.tolist(), strict=True) if k]
-            self._row = {item_id: r for r, item_id in enumerate(self._ids)}
+            self._row, self._int_row = {}, {}
+            for row, item_id in enumerate(self._ids):
+                self._index(item_id, row)
             self._version += 1
 
     # ------------------------------------------------------------------ files

@@ -215,3 +215,15 @@ def test_resolve_batch_inline_dimension_and_no_store() -> None:
     ids_batch = decode_batch([encode_binary(Constraint("pair", ids=("1", "2"), similar=True))])
     none, errors = resolve_batch(ids_batch.batches[0])
     assert none is None and errors[0][1].reason == "unknown_item"
+
+
+def test_integer_id_arrays_match_canonical_decimal_ids_only() -> None:
+    store = ItemStore(dim=1)
+    store.add(["7", "007", "-3", "x"], [[1.0], [2.0], [3.0], [4.0]])
+    np.testing.assert_array_equal(store.get(np.array([7, -3])), [[1.0], [3.0]])
+    assert store.get(["007"]).tolist() == [[2.0]]
+    X, found = store.get_many(np.array([[7, 8], [-3, 7]]))
+    assert found.tolist() == [True, False, True, True] and X[:, 0].tolist() == [1, 0, 3, 1]
+    store.remove(["7"])  # the int index follows removals
+    assert store.get_many(np.array([7, -3]))[1].tolist() == [False, True]
+    assert store.get(np.array([-3])).tolist() == [[3.0]]
