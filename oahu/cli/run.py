@@ -37,6 +37,8 @@ def run(args: argparse.Namespace) -> int:
         level=config.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if config.log_level != "debug":  # kafka-python narrates every connection at INFO
+        logging.getLogger("kafka").setLevel(logging.WARNING)
     from oahu.service.app import Service  # heavy imports only when actually running
 
     return Service(config).run()

@@ -87,6 +87,8 @@ class Service:
         self.metrics = ServiceMetrics()
         state_dir = Path(config.checkpoint_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
+        for stale in state_dir.glob(".*.tmp"):  # left by a crash in the middle of a write
+            stale.unlink(missing_ok=True)
         if config.source is None:
             config = self.config = config.replace(source=default_stream(config).as_uri())
         items = ItemStore.load(config.items) if config.items else ItemStore()

@@ -112,6 +112,8 @@ class ConsumerLoop:
                 if self._checkpoint_due():
                     self.checkpoint()
                 if not records:
+                    with self.lock:  # publish the latest model once the stream goes quiet
+                        self.publisher.offer(self.learner)
                     if self.exit_at_end and getattr(self.source, "exhausted", False):
                         break
                     stop.wait(max(0.0, self.poll_timeout - (time.monotonic() - started)))
@@ -221,7 +223,11 @@ class ConsumerLoop:
         with self.lock:
             targets = {}
             for p in partitions:
-                committed = self.source.committed(p)  # type: ignore[attr-defined]
+                try:
+                    committed = self.source.committed(p)  # type: ignore[attr-defined]
+                except Exception as exc:  # the checkpoint alone still gives a safe position
+                    log.warning("committed offset of partition %s unavailable: %r", p, exc)
+                    committed = None
                 candidates = [o for o in (self.progress.offsets.get(p), committed) if o is not None]
                 if candidates:
                     targets[p] = max(candidates)

@@ -1,0 +1,142 @@
+"""Helpers shared by the tests/test_service_*.py files: streams, reference training, and
+``oahu run`` as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import torch
+
+from oahu.learner import Learner
+from oahu.registry import make_learner
+from streams.stream_file import ConstraintStream, build_stream
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_stream(directory: Path, n: int, seed: int = 0, kind: str = "triplet") -> Path:
+    path = directory / f"digits-{kind}-{n}-{seed}.npz"
+    build_stream("digits", n, seed=seed, kind=kind).save(path)
+    return path
+
+
+def train_reference(
+    stream: ConstraintStream, learner: str = "oahu", rows: Any = None, **params: Any
+) -> Learner:
+    """The learner trained directly on the stream's constraints ``rows`` (all), in order."""
+    model = make_learner(learner, stream.n_features, **params)
+    c = stream.constraints if rows is None else stream.constraints[rows]
+    if stream.kind == "triplet":
+        model.learn_triplets(stream.X[c[:, 0]], stream.X[c[:, 1]], stream.X[c[:, 2]])
+    else:
+        similar = stream.similar if rows is None else stream.similar[rows]
+        model.learn_pairs(stream.X[c[:, 0]], stream.X[c[:, 1]], similar)
+    return model
+
+
+def assert_same_model(a: Learner, b: Learner, atol: float = 1e-6) -> None:
+    """Same learner, counters, hedge weights and parameters (within ``atol``)."""
+    assert a.name == b.name
+    assert (a.constraints_seen, a.constraints_used, a.updates) == (
+        b.constraints_seen,
+        b.constraints_used,
+        b.updates,
+    )
+    np.testing.assert_allclose(a.alpha, b.alpha, atol=atol)
+    _assert_close(a.get_state()["model"], b.get_state()["model"], atol)
+
+
+def _assert_close(x: Any, y: Any, atol: float, path: str = "model") -> None:
+    if isinstance(x, dict):
+        assert set(x) == set(y), path
+        for key in x:
+            _assert_close(x[key], y[key], atol, f"{path}.{key}")
+    elif isinstance(x, torch.Tensor | np.ndarray):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, err_msg=path)
+    elif isinstance(x, list | tuple):
+        assert len(x) == len(y), path
+        for i, (u, v) in enumerate(zip(x, y, strict=True)):
+            _assert_close(u, v, atol, f"{path}[{i}]")
+    else:
+        assert x == y, path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class ServiceProcess:
+    """``python -m oahu.cli.main run ARGS`` as a subprocess, with its HTTP API."""
+
+    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        with open(log, "ab") as fh:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "oahu.cli.main", "run", "--http",
+                 f"127.0.0.1:{self.port}", *args],
+                stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=REPO,
+            )  # fmt: skip
+
+    def get(self, path: str) -> httpx.Response | None:
+        try:
+            return httpx.get(self.base + path, timeout=5.0)
+        except httpx.HTTPError:
+            return None
+
+    def model(self) -> dict[str, Any] | None:
+        response = self.get("/v1/model")
+        return response.json() if response is not None and response.status_code == 200 else None
+
+    def wait_serving(self, timeout: float = 60.0) -> dict[str, Any]:
+        def serving() -> dict[str, Any] | None:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"oahu run exited {self.proc.returncode}:\n{self.output()}")
+            ready = self.get("/readyz")
+            return self.model() if ready is not None and ready.status_code == 200 else None
+
+        return wait_until(serving, timeout, "the service to be ready")
+
+    def wait_consumed(self, n: int, timeout: float = 120.0) -> dict[str, Any]:
+        def consumed() -> dict[str, Any] | None:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"oahu run exited {self.proc.returncode}:\n{self.output()}")
+            model = self.model()
+            return model if model and model["constraints_consumed"] >= n else None
+
+        return wait_until(consumed, timeout, f"{n} constraints consumed")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def terminate(self, timeout: float = 60.0) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout=timeout)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")[-4000:]

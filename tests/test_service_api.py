@@ -1,0 +1,203 @@
+"""The HTTP API of an in-process service learning from a digits stream file."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from service_support import assert_same_model, make_stream, train_reference, wait_until
+
+from oahu.service.app import Service
+from oahu.service.checkpoints import checkpoint_path, read_checkpoint
+from oahu.service.config import ServiceConfig
+from streams.stream_file import ConstraintStream
+
+N = 400
+TOKEN = "s3cret"
+
+
+@pytest.fixture(scope="module")
+def stream_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_stream(tmp_path_factory.mktemp("stream"), N, seed=3)
+
+
+def start_service(stream_file: Path, state: Path, **changes: object) -> Service:
+    config = ServiceConfig(
+        source=stream_file.as_uri(),
+        checkpoint_dir=str(state),
+        reindex_interval=0.05,
+        auth_token=TOKEN,
+        max_request_bytes=200_000,
+        max_batch_items=64,
+        **changes,
+    )
+    service = Service(config)
+    service.start()
+    wait_until(lambda: service.loop.status["constraints_consumed"] == N, 60, "the stream")
+    wait_until(
+        lambda: service.publisher.current and service.publisher.current.updates == N,
+        30,
+        "the final snapshot",
+    )
+    return service
+
+
+@pytest.fixture(scope="module")
+def running(
+    stream_file: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Service, TestClient]]:
+    service = start_service(stream_file, tmp_path_factory.mktemp("state"))
+    with TestClient(service.app) as client:
+        yield service, client
+    service.shutdown()
+
+
+def test_classify_contract_and_accuracy(running: tuple[Service, TestClient], stream_file: Path):
+    _, client = running
+    stream = ConstraintStream.load(stream_file)
+    test = stream.test_idx[:60]
+    body = {"items": [{"x": stream.X[i].tolist()} for i in test]}
+    response = client.post("/v1/classify", json=body)
+    assert response.status_code == 200
+    predictions = response.json()["predictions"]
+    assert len(predictions) == len(test)
+    assert set(predictions[0]["scores"]) == {str(c) for c in range(10)}
+    labels = np.array([p["label"] for p in predictions])
+    # kNN over the learned depths on held-out digits: far better than chance (0.1)
+    assert (labels == stream.y[test]).mean() > 0.85
+    # the predicted label is the argmax of the class scores (Eq. 25)
+    for p in predictions:
+        assert p["label"] == int(max(p["scores"], key=p["scores"].get))
+
+
+def test_queries_by_id_equal_inline_queries(running: tuple[Service, TestClient], stream_file):
+    _, client = running
+    stream = ConstraintStream.load(stream_file)
+    ids = stream.test_idx[:5]
+    by_id = client.post("/v1/embed", json={"items": [{"id": str(i)} for i in ids]}).json()
+    inline = client.post("/v1/embed", json={"items": [{"x": stream.X[i].tolist()} for i in ids]})
+    assert inline.json()["embeddings"] == by_id["embeddings"]
+    emb = np.array(by_id["embeddings"])
+    assert emb.shape == (5, 6, 50)  # items, depths (L + 1), S_emb
+    np.testing.assert_allclose(np.linalg.norm(emb, axis=-1), 1.0, atol=1e-5)  # unit sphere
+    assert sum(by_id["alpha"]) == pytest.approx(1.0)
+
+
+def test_the_served_model_is_the_model_trained_on_the_stream(running, stream_file: Path):
+    service, client = running
+    stream = ConstraintStream.load(stream_file)
+    reference = train_reference(stream)
+    assert_same_model(service.publisher.current.learner, reference)
+    model = client.get("/v1/model").json()
+    assert model["learner"] == "oahu"
+    assert model["updates"] == model["constraints_consumed"] == N
+    assert model["utilization"] == pytest.approx(reference.utilization)
+    assert model["alpha"] == pytest.approx(reference.alpha.tolist())
+    assert model["snapshot"]["updates"] == N
+    assert model["items"]["gallery"] == len(stream.dev_idx)
+
+
+def test_verify_and_retrieve(running: tuple[Service, TestClient], stream_file: Path):
+    _, client = running
+    stream = ConstraintStream.load(stream_file)
+    dev = stream.dev_idx
+    same = dev[stream.y[dev] == stream.y[dev[0]]][:2]
+    pairs = [{"left": {"id": str(same[0])}, "right": {"id": str(same[0])}}]
+    out = client.post("/v1/verify", json={"pairs": pairs, "threshold": 0.5}).json()["results"]
+    assert out[0] == {"similar": True, "vote": pytest.approx(1.0), "score": pytest.approx(0.0)}
+    response = client.post("/v1/retrieve", json={"items": [{"id": str(dev[0])}], "k": 3})
+    hits = response.json()["results"][0]
+    assert len(hits) == 3
+    assert hits[0]["id"] == str(dev[0])  # an item's nearest gallery item is itself
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+
+
+@pytest.mark.parametrize(
+    ("body", "loc"),
+    [
+        ({"items": [{"x": [0.0] * 3}]}, ["body", "items", 0, "x"]),  # wrong dimension
+        ({"items": [{"id": "no-such-item"}]}, ["body", "items", 0, "id"]),
+        ({"items": [{"x": [0.0] * 64, "id": "1"}]}, ["body", "items", 0]),  # both given
+        ({"items": []}, ["body", "items"]),
+        ({"items": [{"x": [0.0] * 64}], "k": 0}, ["body", "k"]),
+        ({"items": [{"x": [0.0] * 64}] * 65}, ["body", "items"]),  # over max_batch_items
+        ({"items": [{"x": "abc"}]}, ["body", "items", 0, "x"]),
+    ],
+)
+def test_malformed_queries_get_422_naming_the_field(running, body, loc):
+    _, client = running
+    response = client.post("/v1/classify", json=body)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == loc
+
+
+def test_non_finite_values_and_oversized_bodies(running):
+    _, client = running
+    raw = '{"items": [{"x": [' + ", ".join(["0.5"] * 63 + ["NaN"]) + "]}]}"
+    response = client.post(
+        "/v1/classify", content=raw, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "items", 0, "x"]
+    huge = json.dumps({"items": [{"x": [0.25] * 64}] * 4000})  # > max_request_bytes
+    assert client.post("/v1/classify", content=huge).status_code == 413
+    assert client.post("/v1/classify", content=b"{not json").status_code == 422
+
+
+def test_write_endpoints_need_the_token_and_items_survive_a_restart(stream_file, tmp_path):
+    service = start_service(stream_file, tmp_path)
+    item = {"id": "new-1", "x": [1.0] * 64, "label": 7}
+    with TestClient(service.app) as client:
+        assert client.post("/v1/items", json={"items": [item]}).status_code == 401
+        wrong = {"Authorization": "Bearer nope"}
+        assert client.post("/v1/items", json={"items": [item]}, headers=wrong).status_code == 401
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        unlabelled = {"items": [{"id": "u", "x": [1.0] * 64}]}
+        response = client.post("/v1/items", json=unlabelled, headers=auth)
+        assert response.json()["detail"][0]["loc"] == ["body", "items", 0, "label"]
+        added = client.post("/v1/items", json={"items": [item]}, headers=auth)
+        assert added.status_code == 200 and added.json()["items_version"] == 1
+        # the gallery is re-indexed in the background; the new item becomes its own neighbour
+        wait_until(
+            lambda: (
+                client.post("/v1/retrieve", json={"items": [{"id": "new-1"}], "k": 1}).json()[
+                    "results"
+                ][0][0]["id"]
+                == "new-1"
+            ),
+            30,
+            "the re-indexed gallery",
+        )
+        gone = client.request("DELETE", "/v1/items", json={"ids": ["gone"]}, headers=auth)
+        assert gone.status_code == 404
+    service.shutdown()
+    restarted = Service(ServiceConfig(source=stream_file.as_uri(), checkpoint_dir=str(tmp_path)))
+    assert "new-1" in restarted.catalog.gallery and restarted.catalog.version == 1
+    assert restarted.loop.progress.consumed == N  # resumes after the stream, learns nothing twice
+    learner, progress = read_checkpoint(checkpoint_path(tmp_path))
+    assert progress.items_version == 1 and learner.updates == N
+
+
+def test_health_readiness_and_metrics(running):
+    _, client = running
+    assert client.get("/healthz").json() == {"status": "ok"}
+    ready = client.get("/readyz")
+    assert ready.status_code == 200 and all(ready.json()["checks"].values())
+    client.post("/v1/classify", json={"items": [{"x": [0.0] * 3}]})
+    text = client.get("/metrics").text
+    assert f"oahu_constraints_consumed_total {N}.0" in text
+    assert f"oahu_constraints_learned_total {N}.0" in text
+    assert f"oahu_model_updates {N}.0" in text
+    assert 'oahu_consumer_lag{partition="0"} 0.0' in text
+    assert 'oahu_hedge_weight{depth="5"}' in text and 'oahu_depth_loss{depth="0"}' in text
+    assert "oahu_checkpoint_age_seconds" in text and "oahu_gallery_items 899.0" in text
+    assert (
+        'oahu_http_request_duration_seconds_count{endpoint="/v1/classify",method="POST",'
+        'status="422"}' in text
+    )
+    assert client.get("/docs").status_code == 200
+    assert "/v1/classify" in client.get("/openapi.json").json()["paths"]
