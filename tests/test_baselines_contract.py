@@ -121,7 +121,7 @@ def test_opml_checkpoint_keeps_the_latest_sample_per_class(tmp_path):
     save_learner(half, tmp_path / "opml.pt")
     resumed, _ = load_learner(tmp_path / "opml.pt")
     resumed.learn_samples(x[25:], y[25:])
-    np.testing.assert_array_equal(resumed.transform_matrix, whole.transform_matrix)
+    np.testing.assert_array_equal(resumed.metric_matrix, whole.metric_matrix)
     assert resumed.constraints_seen == whole.constraints_seen > 50
 
 
@@ -171,7 +171,7 @@ def test_opml_non_finite_sample_is_not_kept_as_latest():
     reference.learn_triplets(x[[3]], x[[0]], x[[1]])
     assert used.tolist()[:3] == [False, False, False]
     assert opml.skipped["non_finite"] == 1
-    np.testing.assert_array_equal(opml.transform_matrix, reference.transform_matrix)
+    np.testing.assert_array_equal(opml.metric_matrix, reference.metric_matrix)
 
 
 # ---------------------------------------------------------------------------- hyper-parameters

@@ -137,12 +137,13 @@ def test_oasis_embeddings_reproduce_the_bilinear_similarity():
 def test_opml_hand_example():
     opml = OPML(n_features=2, regularization=0.1)
     # x = (0, 0), x_p = (1, 0), x_q = (0, 1): a = (−1, 0), b = (0, −1), hinge 1 + 1 − 1 > 0
-    # L = (I + 0.1 (a aᵀ − b bᵀ))⁻¹ = diag(1 / 1.1, 1 / 0.9)
+    # L = (I + 0.1 (a aᵀ − b bᵀ))⁻¹ = diag(1 / 1.1, 1 / 0.9), so M = Lᵀ L = diag(1/1.21, 1/0.81)
+    expected = np.diag([1 / 1.21, 1 / 0.81])
     assert opml.learn_triplets([[0.0, 0.0]], [[1.0, 0.0]], [[0.0, 1.0]]).tolist() == [True]
-    np.testing.assert_allclose(opml.transform_matrix, np.diag([1 / 1.1, 1 / 0.9]), rtol=1e-12)
+    np.testing.assert_allclose(opml.metric_matrix, expected, rtol=1e-12)
     # ‖La‖² + 1 − ‖Lb‖² = 1/1.21 + 1 − 4/0.81 < 0: satisfied, no update
     assert opml.learn_triplets([[0.0, 0.0]], [[1.0, 0.0]], [[0.0, 2.0]]).tolist() == [False]
-    np.testing.assert_allclose(opml.transform_matrix, np.diag([1 / 1.1, 1 / 0.9]), rtol=1e-12)
+    np.testing.assert_allclose(opml.metric_matrix, expected, rtol=1e-12)
 
 
 def test_opml_closed_form_equals_the_matrix_inverse_on_random_data():
@@ -162,7 +163,7 @@ def test_opml_closed_form_equals_the_matrix_inverse_on_random_data():
             n_applied += 1
         assert opml.learn_triplets([x], [xp], [xq]).tolist() == [violated]
     assert n_applied > 10
-    np.testing.assert_allclose(opml.transform_matrix, reference, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(opml.metric_matrix, reference.T @ reference, rtol=1e-9, atol=1e-12)
 
 
 def test_opml_one_pass_triplets_use_latest_of_own_and_of_another_class():
@@ -176,7 +177,7 @@ def test_opml_one_pass_triplets_use_latest_of_own_and_of_another_class():
     expected_used = explicit.learn_triplets(x[[2, 4]], x[[0, 1]], x[[1, 3]])
     assert used[[0, 1, 3]].tolist() == [False, False, False]
     assert used[[2, 4]].tolist() == expected_used.tolist()
-    np.testing.assert_array_equal(one_pass.transform_matrix, explicit.transform_matrix)
+    np.testing.assert_array_equal(one_pass.metric_matrix, explicit.metric_matrix)
     assert one_pass.constraints_seen == 2
 
 
@@ -187,7 +188,7 @@ def test_opml_memory_carries_over_between_calls():
     whole.learn_samples(x, y)
     split.learn_samples(x[:11], y[:11])
     split.learn_samples(x[11:], y[11:])
-    np.testing.assert_array_equal(whole.transform_matrix, split.transform_matrix)
+    np.testing.assert_array_equal(whole.metric_matrix, split.metric_matrix)
     assert whole.constraints_seen == split.constraints_seen > 20
 
 
@@ -198,7 +199,7 @@ def test_opml_skips_an_ill_posed_triplet():
     used = opml.learn_triplets([[0.0, 0.0]], [[2.0, 0.0]], [[0.0, 1.5]])
     assert used.tolist() == [False]
     assert opml.skipped["ill_posed"] == 1
-    np.testing.assert_array_equal(opml.transform_matrix, np.eye(2))
+    np.testing.assert_array_equal(opml.metric_matrix, np.eye(2))
 
 
 # ---------------------------------------------------------------------- embeddings and Euclidean

@@ -65,9 +65,9 @@ def sym_rank1_update(a_upper: np.ndarray, alpha: float, x: np.ndarray) -> None:
         a_upper[...] = out
 
 
-def matvec(m: np.ndarray, x: np.ndarray, transpose: bool = False) -> np.ndarray:
-    """``M @ x`` (or ``Mᵀ @ x``) for a general Fortran-ordered M."""
-    return blas.dgemv(1.0, m, x, trans=int(transpose))
+def matvec(m: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``M @ x`` for a general Fortran-ordered M."""
+    return blas.dgemv(1.0, m, x)
 
 
 def rank1_update(m: np.ndarray, alpha: float, x: np.ndarray, y: np.ndarray) -> None:
@@ -77,17 +77,12 @@ def rank1_update(m: np.ndarray, alpha: float, x: np.ndarray, y: np.ndarray) -> N
         m[...] = out
 
 
-def matmul_columns(m: np.ndarray, columns: np.ndarray) -> np.ndarray:
-    """``M @ C`` for a thin Fortran-ordered C (d x k): one pass over M for all k columns."""
-    return blas.dgemm(1.0, m, columns)
-
-
-def rank_k_update(m: np.ndarray, left: np.ndarray, right: np.ndarray) -> None:
-    """In place: ``M += left @ rightᵀ`` for thin Fortran-ordered d x k factors (one pass over M,
-    where k separate ``dger`` calls would stream M k times)."""
-    out = blas.dgemm(1.0, left, right, beta=1.0, c=m, trans_b=1, overwrite_c=1)
-    if out is not m:
-        m[...] = out
+def sym_rank2k_update(a_upper: np.ndarray, left: np.ndarray, right: np.ndarray) -> None:
+    """In place: ``A += left rightᵀ + right leftᵀ`` on the upper triangle, for thin d x k
+    Fortran-ordered factors (one pass over half of A instead of 2k rank-one passes)."""
+    out = blas.dsyr2k(1.0, left, right, beta=1.0, c=a_upper, lower=_UPPER, overwrite_c=1)
+    if out is not a_upper:
+        a_upper[...] = out
 
 
 def symmetrized(a_upper: np.ndarray) -> np.ndarray:

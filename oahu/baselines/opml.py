@@ -3,17 +3,24 @@ Shi, Pattern Recognition 2018).
 
 The metric is M = Lᵀ L with L0 = I. A triplet (x, x_p, x_q) with a = x − x_p, b = x − x_q that
 violates the unit margin, ‖L a‖² + 1 − ‖L b‖² > 0, moves L to the minimiser of
-½‖L − L_t‖²_F + (λ/2)(‖L a‖² − ‖L b‖²), which is L_t (I + λ(a aᵀ − b bᵀ))⁻¹; SPEC §6 writes it
-out by Woodbury so that a step costs O(d²):
+½‖L − L_t‖²_F + (λ/2)(‖L a‖² − ‖L b‖²), the closed form of SPEC §6:
 
-    Btr = λ(aᵀa − bᵀb),  Btr2 = λ²((aᵀa)² − 2(aᵀb)² + (bᵀb)²),  η = 1 + Btr,  β = (Btr² − Btr2)/2
-    L ← L − ηλ/(η+β) (L a aᵀ − L b bᵀ)
-          + λ²/(η+β) ((aᵀa) L a aᵀ − (aᵀb) L a bᵀ − (bᵀa) L b aᵀ + (bᵀb) L b bᵀ)
+    L ← L T⁻¹,   T = I + λ (a aᵀ − b bᵀ)
 
-η + β equals det(I + λ(a aᵀ − b bᵀ)) restricted to span{a, b}. When it is not positive the
-objective has no minimiser (the step would be a saddle point or a division by ~0), so that
-triplet is skipped and counted under ``skipped["ill_posed"]``; with λ = 1e-3 this only happens
-for ‖b‖² ≳ 1000, i.e. unscaled features.
+which SPEC writes out term by term (Btr, Btr2, η, β) by Woodbury. We keep M instead of L, which
+gives the same metric at every step (M ← T⁻¹ M T⁻¹ since T is symmetric) and lets a step read
+and write only half of a symmetric matrix. With P = [a b] and T⁻¹ = I + P C Pᵀ (Woodbury, C a
+2 x 2 matrix), Q = M P and S = Pᵀ M P:
+
+    M ← M + P Xᵀ + X Pᵀ,   X = Q C + ½ P (C S C)
+
+i.e. two symmetric matrix-vector products and one symmetric rank-2k update: O(d²).
+
+det(T) on span{a, b} is SPEC's η + β = (1 + λ aᵀa)(1 − λ bᵀb) + λ² (aᵀb)². When it is not
+positive, T is indefinite and the objective has no minimiser (the "closed form" is a saddle
+point or a division by ~0), so the triplet is skipped and counted under ``skipped["ill_posed"]``;
+with λ = 1e-3 that needs ‖b‖² ≳ 1000, i.e. unscaled features. Keep λ ‖b‖² well below 1: as it
+nears 1 each step amplifies M along b by up to 1 / det(T)².
 
 Triplets come from ``learn_samples`` (the paper's one-pass triplet construction: each arriving
 labelled sample x forms one triplet with the latest earlier sample of its class as x_p and the
@@ -22,27 +29,24 @@ latest earlier sample of any other class as x_q) or, in oahu's services, from an
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from oahu.baselines._linalg import (
-    as_fortran64,
-    fortran_identity,
-    matmul_columns,
-    rank_k_update,
-    single_threaded_blas,
-    to_tensor,
+    sym_matvec,
+    sym_rank2k_update,
 )
 from oahu.baselines._params import positive_float
-from oahu.learner import ConstraintKind, Learner, MetricKind, as_feature_matrix
+from oahu.baselines.mahalanobis import MahalanobisLearner
+from oahu.learner import ConstraintKind, as_feature_matrix
 
 SKIP_ILL_POSED = "ill_posed"
 _MIN_DETERMINANT = 1e-12
 
 
-class OPML(Learner):
+class OPML(MahalanobisLearner):
     """OPML one-pass online Mahalanobis metric learner.
 
     Parameters
@@ -62,24 +66,12 @@ class OPML(Learner):
 
     name: ClassVar[str] = "opml"
     constraint_kind: ClassVar[ConstraintKind] = "triplet"
-    metric: ClassVar[MetricKind] = "l2"
 
     def __init__(self, n_features: int, regularization: float = 1e-3) -> None:
         super().__init__(n_features)
         self.regularization = positive_float("regularization", regularization)
-        self._l = fortran_identity(self.n_features)
         # latest sample per class, least recently updated class first (dicts keep insertion order)
         self._latest: dict[Any, np.ndarray] = {}
-
-    @property
-    def transform_matrix(self) -> np.ndarray:
-        """The current L (float64 copy); items embed as L x."""
-        return np.array(self._l, order="C", copy=True)
-
-    @property
-    def metric_matrix(self) -> np.ndarray:
-        """M = Lᵀ L (float64), positive semi-definite by construction."""
-        return self._l.T @ self._l
 
     def get_params(self) -> dict[str, Any]:
         return {"regularization": self.regularization}
@@ -115,58 +107,40 @@ class OPML(Learner):
             used[rows] = self.learn_triplets(items[rows], np.stack(positives), np.stack(negatives))
         return used
 
-    def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
-        anchors = a.astype(np.float64)
-        to_pos = anchors - p.astype(np.float64)
-        to_neg = anchors - n.astype(np.float64)
-        used = np.zeros(len(a), dtype=bool)
-        with single_threaded_blas():
-            for i in range(len(a)):
-                used[i] = self._update(to_pos[i], to_neg[i])
-        return used
-
-    def _update(self, a: np.ndarray, b: np.ndarray) -> bool:
-        ab_cols = np.empty((self.n_features, 2), order="F")
-        ab_cols[:, 0], ab_cols[:, 1] = a, b
-        l_ab = matmul_columns(self._l, ab_cols)
-        la, lb = l_ab[:, 0], l_ab[:, 1]
-        if float(la @ la) + 1.0 - float(lb @ lb) <= 0.0:
+    def _update_triplet(self, a: np.ndarray, b: np.ndarray) -> bool:
+        ma, mb = sym_matvec(self._a, a), sym_matvec(self._a, b)
+        if float(a @ ma) + 1.0 - float(b @ mb) <= 0.0:  # ‖La‖² + 1 − ‖Lb‖² with ‖Lv‖² = vᵀMv
             return False
         lam = self.regularization
         aa, ab, bb = float(a @ a), float(a @ b), float(b @ b)
-        btr = lam * (aa - bb)
-        btr2 = lam * lam * (aa * aa - 2.0 * ab * ab + bb * bb)
-        eta = 1.0 + btr
-        det = eta + (btr * btr - btr2) / 2.0  # η + β
+        det = (1.0 + lam * aa) * (1.0 - lam * bb) + lam * lam * ab * ab  # SPEC's η + β
         if det <= _MIN_DETERMINANT:
             self.skipped[SKIP_ILL_POSED] += 1
             return False
-        # The SPEC's four outer products grouped by their right factor: L += u aᵀ + w bᵀ.
-        sq = lam * lam / det
-        uw_cols = np.empty((self.n_features, 2), order="F")
-        uw_cols[:, 0] = ((lam * lam * aa - eta * lam) / det) * la - (sq * ab) * lb
-        uw_cols[:, 1] = ((eta * lam + lam * lam * bb) / det) * lb - (sq * ab) * la
-        rank_k_update(self._l, uw_cols, ab_cols)
+        # T⁻¹ = I + P C Pᵀ with C = −(diag(1/λ, −1/λ) + PᵀP)⁻¹, written out for 2 x 2
+        c = (lam * lam / det) * np.array([[bb - 1.0 / lam, -ab], [-ab, 1.0 / lam + aa]])
+        p = np.empty((self.n_features, 2), order="F")
+        p[:, 0], p[:, 1] = a, b
+        q = np.empty((self.n_features, 2), order="F")
+        q[:, 0], q[:, 1] = ma, mb
+        s = p.T @ q
+        s = (s + s.T) / 2.0  # PᵀMP is symmetric; drop the round-off that is not
+        x = np.asfortranarray(q @ c + p @ (0.5 * (c @ s @ c)))
+        sym_rank2k_update(self._a, p, x)
         self.updates += 1
         return True
-
-    # ----------------------------------------------------------------- inference
-    def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
-        """x ↦ L x, so Euclidean distances of embeddings are distances under M = LᵀL."""
-        items = as_feature_matrix(x, self.n_features, "x")
-        return (items @ self._l.T.astype(np.float32))[None]
 
     # ----------------------------------------------------------------- state
     def _get_state(self) -> dict[str, Any]:
         items = np.stack(list(self._latest.values())) if self._latest else np.zeros((0, 0))
         return {
-            "L": to_tensor(self._l),
+            **super()._get_state(),
             "latest_labels": list(self._latest),
             "latest_items": torch.from_numpy(items.astype(np.float32)),
         }
 
     def _set_state(self, state: dict[str, Any]) -> None:
-        self._l = as_fortran64(state["L"])
+        super()._set_state(state)
         items = state["latest_items"].numpy()
         self._latest = {
             _label_key(k): row.copy() for k, row in zip(state["latest_labels"], items, strict=True)
