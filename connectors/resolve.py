@@ -91,16 +91,9 @@ def resolve_batch(
     if not ok.any():
         return None, errors
 
-    def pick(a: np.ndarray | None) -> np.ndarray | None:
-        return None if a is None else (a if ok.all() else a[ok])
-
-    resolved = ResolvedBatch(
-        batch.kind,
-        pick(batch.index),  # type: ignore[arg-type]
-        pick(x),  # type: ignore[arg-type]
-        pick(batch.ids),
-        pick(batch.labels),
-        pick(batch.similar),
-        pick(batch.ts),
-    )
+    if ok.all():
+        kept = batch
+    else:
+        kept, x = batch.take(ok), x[ok]
+    resolved = ResolvedBatch(kept.kind, kept.index, x, kept.ids, kept.labels, kept.similar, kept.ts)
     return resolved, errors
