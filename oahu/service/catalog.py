@@ -28,7 +28,8 @@ class Catalog:
     >>> path = Path(tempfile.mkdtemp()) / "items-api.npz"
     >>> cat = Catalog(ItemStore(dim=2), ItemStore(dim=2), path)
     >>> cat.add(["a", "b"], [[1, 0], [0, 1]], [0, 1], gallery=True)
-    >>> cat.remove(["a"])
+    >>> cat.remove(["a"])  # how many were known
+    1
     >>> again = Catalog(ItemStore(dim=2), ItemStore(dim=2), path)
     >>> again.version, len(again.items), again.gallery.get(["b"]).tolist()
     (2, 1, [[0.0, 1.0]])

@@ -140,7 +140,8 @@ class ServiceConfig:
             if scheme == "kafka":
                 self.kafka_target()
             elif scheme == "file":
-                if not urlparse(self.source).path.startswith("/"):
+                uri = urlparse(self.source)
+                if uri.netloc not in ("", "localhost") or not uri.path.startswith("/"):
                     raise ValueError(f"source: file URIs need an absolute path, got {self.source}")
             else:
                 raise ValueError(

@@ -1,0 +1,101 @@
+"""``oahu run`` configuration: defaults < file (TOML/YAML) < OAHU_* env vars < flags."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from oahu.service.config import ServiceConfig, add_arguments, read_env, resolve_config
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_defaults_serve_the_embedded_stream_on_localhost():
+    cfg = resolve_config(parse([]), environ={})
+    assert cfg == ServiceConfig()
+    assert cfg.source is None and cfg.http_host_port() == ("127.0.0.1", 8000)
+
+
+@pytest.mark.parametrize("suffix", [".toml", ".yaml"])
+def test_file_then_env_then_flags(tmp_path: Path, suffix: str):
+    path = tmp_path / f"oahu{suffix}"
+    if suffix == ".toml":
+        path.write_text(
+            'source = "kafka://kafka:9092/constraints?group=prod"\n'
+            "checkpoint-every = 100\nlearner = 'lego'\nhttp = '0.0.0.0:9000'\n"
+            "[kafka]\nsecurity_protocol = 'SASL_SSL'\nsasl_mechanism = 'PLAIN'\n"
+        )
+    else:
+        path.write_text(
+            "source: kafka://kafka:9092/constraints?group=prod\ncheckpoint_every: 100\n"
+            "learner: lego\nhttp: 0.0.0.0:9000\n"
+            "kafka:\n  security_protocol: SASL_SSL\n  sasl_mechanism: PLAIN\n"
+        )
+    env = {
+        "OAHU_CHECKPOINT_EVERY": "200",
+        "OAHU_EXIT_AT_END": "true",
+        "OAHU_KAFKA__SASL_PLAIN_PASSWORD": "pw",
+        "HOME": "/root",  # not ours: ignored
+    }
+    args = parse(["--config", str(path), "--checkpoint-every", "300",
+                  "--kafka-option", "sasl_mechanism=SCRAM-SHA-512",
+                  "--learner-param", "learning_rate=0.01"])  # fmt: skip
+    cfg = resolve_config(args, environ=env)
+    assert cfg.checkpoint_every == 300  # flag beats env beats file
+    assert cfg.exit_at_end is True  # env
+    assert cfg.learner == "lego" and cfg.http == "0.0.0.0:9000"  # file
+    assert cfg.kafka == {
+        "security_protocol": "SASL_SSL",
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_password": "pw",
+    }
+    assert cfg.learner_params == {"learning_rate": 0.01}
+    assert cfg.kafka_target() == ("kafka:9092", "constraints", "prod")
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"source": "http://x/y"}, "source: expected file:///abs/path"),
+        ({"source": "file://relative/stream.npz"}, "source: file URIs need an absolute path"),
+        ({"source": "kafka://broker:9092/"}, "source: expected kafka://HOST:PORT/TOPIC"),
+        ({"learner": "nope"}, "learner: unknown name 'nope'"),
+        ({"http": "8000"}, "http: expected HOST:PORT"),
+        ({"reindex_interval": 0.0}, "reindex_interval: must be > 0"),
+        ({"max_batch_items": 0}, "max_batch_items: must be >= 1"),
+    ],
+)
+def test_invalid_settings_name_the_field(changes: dict, message: str):
+    with pytest.raises(ValueError, match=message):
+        ServiceConfig(**changes)
+
+
+def test_bad_values_from_env_and_files_name_the_setting(tmp_path: Path):
+    with pytest.raises(ValueError, match="checkpoint_every: expected int, got 'many'"):
+        read_env({"OAHU_CHECKPOINT_EVERY": "many"})
+    with pytest.raises(ValueError, match="exit_at_end: expected true or false"):
+        read_env({"OAHU_EXIT_AT_END": "perhaps"})
+    bad = tmp_path / "bad.toml"
+    bad.write_text("chekpoint_every = 3\n")
+    with pytest.raises(ValueError, match="unknown setting 'chekpoint_every'"):
+        resolve_config(parse(["--config", str(bad)]), environ={})
+    with pytest.raises(ValueError, match="kafka: expected KEY=VALUE"):
+        resolve_config(parse(["--kafka-option", "oops"]), environ={})
+
+
+def test_help_documents_every_option():
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    text = parser.format_help()
+    flags = {"kafka": "--kafka-option", "learner_params": "--learner-param"}
+    for field in dataclasses.fields(ServiceConfig):
+        flag = flags.get(field.name, "--" + field.name.replace("_", "-"))
+        assert flag in text, flag
+        assert field.metadata["help"].split()[0] in text

@@ -1,0 +1,117 @@
+"""``oahu run`` on file sources: every learner, dead-letter files, the embedded default."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from service_support import REPO, assert_same_model, free_port, make_stream, train_reference
+
+from connectors.dead_letter import read_dead_letters
+from oahu.cli.produce import encode_stream
+from oahu.registry import LEARNER_NAMES
+from oahu.service.app import Service
+from oahu.service.checkpoints import checkpoint_path, read_checkpoint
+from oahu.service.config import ServiceConfig
+from streams.stream_file import ConstraintStream
+
+
+def run_to_end(source: Path, state: Path, **changes: object) -> Service:
+    """An in-process service over a whole file (``exit_at_end``), shut down cleanly."""
+    service = Service(
+        ServiceConfig(
+            source=source.as_uri(), checkpoint_dir=str(state), exit_at_end=True, **changes
+        )
+    )
+    service.start()
+    assert service.loop.finished.wait(120)
+    service.shutdown()
+    assert service.trainer_error is None
+    return service
+
+
+@pytest.mark.parametrize("learner", LEARNER_NAMES)
+def test_every_learner_runs_as_the_service(learner: str, tmp_path: Path):
+    stream_file = make_stream(tmp_path, 150, seed=1)
+    service = run_to_end(stream_file, tmp_path / "state", learner=learner, poll_records=40)
+    saved, progress = read_checkpoint(checkpoint_path(tmp_path / "state"))
+    assert progress.offsets == {0: 150} and progress.consumed == 150
+    reference = train_reference(ConstraintStream.load(stream_file), learner)
+    assert_same_model(saved, reference)
+    assert_same_model(service.learner, reference)
+
+
+def test_pair_streams_train_pair_learners_and_dead_letter_for_triplet_only_ones(tmp_path):
+    stream_file = make_stream(tmp_path, 120, seed=2, kind="pair")
+    stream = ConstraintStream.load(stream_file)
+    rdml = run_to_end(stream_file, tmp_path / "rdml", learner="rdml")
+    assert_same_model(rdml.learner, train_reference(stream, "rdml"))
+    oasis = run_to_end(stream_file, tmp_path / "oasis", learner="oasis")
+    assert oasis.learner.constraints_seen == 0
+    letters = read_dead_letters(tmp_path / "oasis" / "dead-letters.jsonl")
+    assert [letter.offset for letter in letters] == list(range(120))
+    assert {letter.reason for letter in letters} == {"unsupported_kind"}
+
+
+def test_bad_lines_of_a_message_file_go_to_the_dead_letter_file(tmp_path: Path):
+    stream_file = make_stream(tmp_path, 60, seed=3)
+    stream = ConstraintStream.load(stream_file)
+    good = encode_stream(stream_file, "json", inline=True)  # one message per line
+    bad = {
+        5: b'{"v":2,"kind":"triplet"}',
+        17: b"not a message",
+        30: b'{"v":1,"kind":"pair","left":{"x":[1]},"right":{"x":[2]},"similar":true}',
+        41: b'{"v":1,"kind":"triplet","anchor":{"id":"a"},"positive":{"id":"b"},'
+        b'"negative":{"id":"c"}}',
+    }
+    lines = list(good)
+    for offset in sorted(bad):
+        lines.insert(offset, bad[offset])
+    source = tmp_path / "messages.txt"
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    state = tmp_path / "state"
+    service = run_to_end(source, state, gallery=str(stream_file), n_features=64)
+    letters = read_dead_letters(state / "dead-letters.jsonl")
+    assert {(d.offset, d.reason, d.value) for d in letters} == {
+        (5, "unknown_version", bad[5]),
+        (17, "undecodable", bad[17]),
+        (30, "bad_dimension", bad[30]),
+        (41, "unknown_item", bad[41]),
+    }
+    assert service.loop.progress.consumed == 64
+    assert_same_model(service.learner, train_reference(stream))  # the 60 good ones, in order
+    assert service.loop.status["dead_letters"] == {
+        "unknown_version": 1,
+        "undecodable": 1,
+        "bad_dimension": 1,
+        "unknown_item": 1,
+    }
+
+
+def test_restart_after_the_end_learns_nothing_twice(tmp_path: Path):
+    stream_file = make_stream(tmp_path, 100, seed=4)
+    run_to_end(stream_file, tmp_path / "state", checkpoint_every=30)
+    again = run_to_end(stream_file, tmp_path / "state")
+    assert again.learner.updates == 100 and again.loop.progress.consumed == 100
+
+
+def test_the_embedded_default_command(tmp_path: Path):
+    """``oahu run`` with no source: a digits stream built once, URLs printed, exit at end."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "oahu.cli.main", "run", "--exit-at-end", "--http",
+           f"127.0.0.1:{port}", "--default-constraints", "300"]  # fmt: skip
+    done = subprocess.run(
+        cmd, cwd=tmp_path, env={"PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for url in ("/docs", "/metrics", "/v1/classify"):
+        assert f"http://127.0.0.1:{port}{url}" in done.stdout
+    learner, progress = read_checkpoint(tmp_path / "oahu-state" / "checkpoint.pt")
+    assert learner.name == "oahu" and progress.consumed == 300 == learner.updates
+    cached = tmp_path / "oahu-state" / "digits-300-seed0.npz"
+    assert len(ConstraintStream.load(cached)) == 300
+    assert np.isclose(learner.alpha.sum(), 1.0)
