@@ -1,12 +1,12 @@
 """Dense linear-algebra kernels shared by the matrix baselines.
 
-Every baseline update is one or two matrix-vector products plus one or two rank-one updates of a
-d x d float64 matrix. numpy's ``A -= np.outer(x, y)`` allocates and streams a d x d temporary;
+Every baseline update is one or two matrix-vector products plus a rank-one or rank-two update of
+a d x d float64 matrix. numpy's ``A -= np.outer(x, y)`` allocates and streams a d x d temporary;
 BLAS level-2 routines (``dger``/``dsyr``) update in place in one pass, which is what makes
 thousands of constraints per second possible at d = 784.
 
-Symmetric matrices (the Mahalanobis A of LEGO and RDML, and RDML's A⁻¹) are stored in Fortran
-order and only their upper triangle is read or written (``dsymv``/``dsyr`` with ``lower=0``):
+Symmetric matrices (the Mahalanobis A of LEGO, RDML and OPML, and RDML's A⁻¹) are stored in
+Fortran order and only their upper triangle is read or written (``dsymv``/``dsyr``/``dsyr2k``):
 half the memory traffic per update. The lower triangle is stale by design; ``symmetrized``
 rebuilds the full matrix whenever one leaves the learner.
 """

@@ -70,7 +70,9 @@ class RDML(PairwiseMahalanobis):
 
     name: ClassVar[str] = "rdml"
 
-    def __init__(self, n_features: int, learning_rate: float = 0.1, psd_margin: float = 0.5):
+    def __init__(
+        self, n_features: int, learning_rate: float = 0.1, psd_margin: float = 0.5
+    ) -> None:
         super().__init__(n_features)
         self.learning_rate = positive_float("learning_rate", learning_rate)
         self.psd_margin = open_unit_float("psd_margin", psd_margin)
@@ -91,7 +93,7 @@ class RDML(PairwiseMahalanobis):
             return False
         a_inv_z = sym_matvec(self._a_inv, z)
         q = float(z @ a_inv_z)
-        if q <= 0.0:  # z has no component A can act on; nothing to learn
+        if q <= 0.0:  # impossible for a PD A and z ≠ 0; only round-off gets here
             return False
         step = self.learning_rate
         if similar:
