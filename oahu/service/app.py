@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -27,6 +28,7 @@ from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.consumer import ConsumerLoop
 from oahu.service.metrics import ServiceMetrics
+from oahu.service.native_threads import use_native_threads
 from oahu.service.queries import QueryEngine
 from oahu.service.snapshot import SnapshotPublisher
 
@@ -35,6 +37,7 @@ log = logging.getLogger("oahu.service")
 OVERLAY_FILE = "items-api.npz"
 DEAD_LETTER_FILE = "dead-letters.jsonl"
 DEAD_LETTER_SUFFIX = ".dead-letter"
+SWITCH_INTERVAL_SECONDS = 0.0002
 
 
 def default_stream(config: ServiceConfig) -> Path:
@@ -77,11 +80,11 @@ class Service:
     """A configured, not yet started service; ``run()`` serves until stopped."""
 
     def __init__(self, config: ServiceConfig) -> None:
-        import faiss
-        import torch
-
-        torch.set_num_threads(config.threads)
-        faiss.omp_set_num_threads(1)  # one query thread; the other core belongs to the learner
+        # The learner, the query worker and the event loop share one GIL, and every torch or
+        # faiss call gives it up and must win it back: with the default 5 ms switch interval a
+        # query that makes ~30 such calls waits ~150 ms behind the learner (convoy effect).
+        sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
+        use_native_threads(1)  # this thread embeds the gallery at start-up
         self.config = config
         self.stop_event = threading.Event()
         self.metrics = ServiceMetrics()
@@ -101,7 +104,12 @@ class Service:
         self.learner, progress = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
         self.publisher = SnapshotPublisher(
-            self.catalog, self.metrics, config.reindex_every, config.reindex_interval
+            self.catalog,
+            self.metrics,
+            config.reindex_every,
+            config.reindex_interval,
+            config.index,
+            config.ivf_nprobe,
         )
         self.loop = ConsumerLoop(
             self.learner,
@@ -207,6 +215,7 @@ class Service:
         }
 
     def _train(self) -> None:
+        use_native_threads(self.config.threads)
         try:
             self.loop.run(self.stop_event)
         except BaseException as exc:  # reported by /healthz and the exit code

@@ -102,6 +102,12 @@ class ServiceConfig:
     )
     max_request_bytes: int = _opt(16 * 1024 * 1024, "largest accepted request body", "BYTES")
     max_batch_items: int = _opt(4096, "most items (or pairs) in one request", "N")
+    index: str = _opt(
+        "exact",
+        "gallery search: exact (the paper's kNN) or ivf (approximate, for large galleries)",
+        "KIND",
+    )
+    ivf_nprobe: int = _opt(16, "clusters an ivf index visits per depth and query", "N")
     k: int = _opt(5, "neighbours per depth for classification and retrieval (Eq. 23-27)", "K")
     threads: int = _opt(1, "torch threads of the learner", "N")
     default_constraints: int = _opt(
@@ -120,6 +126,7 @@ class ServiceConfig:
             "threads",
             "reindex_every",
             "default_constraints",
+            "ivf_nprobe",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
@@ -132,6 +139,8 @@ class ServiceConfig:
             raise ValueError(
                 f"learner: unknown name {self.learner!r}; choose one of {', '.join(LEARNER_NAMES)}"
             )
+        if self.index not in ("exact", "ivf"):
+            raise ValueError(f"index: exact or ivf, got {self.index!r}")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(f"log_level: debug, info, warning or error, got {self.log_level!r}")
         self.http_host_port()

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from oahu.inference import classify, retrieve, verify
+from oahu.service.native_threads import use_native_threads
 from oahu.service.snapshot import Snapshot, SnapshotPublisher
 
 OPERATIONS = ("embed", "classify", "retrieve", "verify")
@@ -94,6 +95,7 @@ class QueryEngine:
         return jobs, False
 
     def _run(self) -> None:
+        use_native_threads(1)
         while True:
             first = self._queue.get()
             if first is None:

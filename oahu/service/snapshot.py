@@ -23,7 +23,9 @@ from oahu.inference import GalleryIndex
 from oahu.learner import Learner
 from oahu.registry import learner_class
 from oahu.service.catalog import Catalog
+from oahu.service.ivf_index import IVFGalleryIndex
 from oahu.service.metrics import ServiceMetrics
+from oahu.service.native_threads import use_native_threads
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +58,15 @@ def learner_from_state(state: dict[str, Any]) -> Learner:
     return learner
 
 
-def build_snapshot(state: dict[str, Any] | Learner, catalog: Catalog, version: int) -> Snapshot:
-    """Clone the model from ``state`` (or reuse an already cloned learner) and index the gallery.
+def build_snapshot(
+    state: dict[str, Any] | Learner,
+    catalog: Catalog,
+    version: int,
+    index: str = "exact",
+    nprobe: int = 16,
+) -> Snapshot:
+    """Clone the model from ``state`` (or reuse an already cloned learner) and index the gallery
+    (``index``: "exact", or "ivf" with ``nprobe``, see :mod:`oahu.service.ivf_index`).
 
     >>> from connectors.items import ItemStore
     >>> import tempfile, pathlib
@@ -72,13 +81,15 @@ def build_snapshot(state: dict[str, Any] | Learner, catalog: Catalog, version: i
     learner = state if isinstance(state, Learner) else learner_from_state(state)
     version_before = catalog.gallery.version
     ids, X, y = catalog.gallery.snapshot()
-    index = None
-    if ids:
-        index = GalleryIndex.from_learner(learner, X, labels=y, ids=np.asarray(ids))
+    gallery_index = None
+    if ids and index == "ivf":
+        gallery_index = IVFGalleryIndex.from_learner(learner, X, y, np.asarray(ids), nprobe)
+    elif ids:
+        gallery_index = GalleryIndex.from_learner(learner, X, labels=y, ids=np.asarray(ids))
     return Snapshot(
         learner,
         learner.alpha,
-        index,
+        gallery_index,
         np.asarray(ids, dtype=str),
         version_before,
         version,
@@ -100,8 +111,11 @@ class SnapshotPublisher:
         metrics: ServiceMetrics,
         reindex_every: int = 1000,
         reindex_interval: float = 5.0,
+        index: str = "exact",
+        nprobe: int = 16,
     ) -> None:
         self.catalog = catalog
+        self.index, self.nprobe = index, nprobe
         self.metrics = metrics
         self.reindex_every = reindex_every
         self.reindex_interval = reindex_interval
@@ -162,6 +176,7 @@ class SnapshotPublisher:
         return current is not None and current.gallery_version != self.catalog.gallery.version
 
     def _run(self) -> None:
+        use_native_threads(1)
         while True:
             with self._cond:
                 while not self._stop and self._pending is None and not self._stale_gallery():
@@ -186,7 +201,8 @@ class SnapshotPublisher:
         else:
             return
         started = time.perf_counter()
-        snapshot = build_snapshot(source, self.catalog, (current.version + 1) if current else 1)
+        version = (current.version + 1) if current else 1
+        snapshot = build_snapshot(source, self.catalog, version, self.index, self.nprobe)
         self.current = snapshot  # one reference swap: readers see the old or the new one
         self.error = None
         self.metrics.reindex_seconds.observe(time.perf_counter() - started)
