@@ -63,7 +63,9 @@ class OAHUConfig:
         if not isinstance(self.device, str) or not (
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")
         ):
-            raise ValueError(f"device: must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+            raise ValueError(
+                f"device: must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"
+            )
 
     @property
     def n_depths(self) -> int:

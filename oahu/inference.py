@@ -3,8 +3,9 @@
 A :class:`GalleryIndex` holds one exact faiss index per depth. Every query is answered from all
 depths at once and the depths are combined with the hedge weights α:
 
-* classification, Eq. 23-25: each of the k(L+1) neighbours scores exp(−(D − d_min)/(d_max − d_min))·α(l)
-  for its label, with d_min, d_max over that depth's k neighbours (exponent 0 when they are equal);
+* classification, Eq. 23-25: each of the k(L+1) neighbours scores
+  exp(−(D − d_min)/(d_max − d_min))·α(l) for its label, with d_min, d_max over that depth's
+  k neighbours (exponent 0 when they are equal);
 * verification, Eq. 26: P = Σ_l α(l)·[D(l)/2 < T], similar iff P ≥ 0.5; the continuous score −Σ α D
   serves ROC analysis;
 * retrieval, Eq. 27: the same candidates sorted by score, the top k distinct items.
@@ -16,6 +17,7 @@ dissimilarity used in Eq. 25 is the negated similarity, so the same scoring code
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 import faiss
 import numpy as np
 
@@ -103,7 +105,8 @@ def neighbour_scores(dissim: np.ndarray, alpha: np.ndarray) -> np.ndarray:
     d_min and d_max are taken over each depth's k neighbours of a query; where they are equal the
     exponent is 0. Missing neighbours (infinite dissimilarity) score 0.
 
-    >>> s = neighbour_scores(np.array([[[0.0, 1.0, 2.0]], [[0.5, 0.5, 0.5]]]), np.array([0.25, 0.75]))
+    >>> d = np.array([[[0.0, 1.0, 2.0]], [[0.5, 0.5, 0.5]]])
+    >>> s = neighbour_scores(d, np.array([0.25, 0.75]))
     >>> np.round(s, 4).tolist()
     [[[0.25, 0.1516, 0.092]], [[0.75, 0.75, 0.75]]]
     """
@@ -234,5 +237,3 @@ def recall_at(
     """
     hits = retrieved_labels == np.asarray(query_labels)[:, None]
     return {k: float(hits[:, :k].any(axis=1).mean()) for k in ks}
-
-

@@ -131,9 +131,7 @@ class Learner(ABC):
         sim = np.atleast_1d(np.asarray(similar)).astype(bool)
         if not (len(xu) == len(xv) == len(sim)):
             raise ValueError(f"u, v, similar: lengths differ ({len(xu)}, {len(xv)}, {len(sim)})")
-        valid = self._screen(
-            np.isfinite(xu).all(1) & np.isfinite(xv).all(1), ~(xu == xv).all(1)
-        )
+        valid = self._screen(np.isfinite(xu).all(1) & np.isfinite(xv).all(1), ~(xu == xv).all(1))
         used = np.zeros(len(xu), dtype=bool)
         if valid.any():
             idx = np.flatnonzero(valid)
@@ -184,7 +182,9 @@ class Learner(ABC):
 
     def set_state(self, state: dict[str, Any]) -> None:
         if state.get("learner") != self.name:
-            raise ValueError(f"learner: checkpoint holds {state.get('learner')!r}, not {self.name!r}")
+            raise ValueError(
+                f"learner: checkpoint holds {state.get('learner')!r}, not {self.name!r}"
+            )
         counters = state["counters"]
         self.constraints_seen = int(counters["constraints_seen"])
         self.constraints_used = int(counters["constraints_used"])
@@ -217,4 +217,6 @@ class Learner(ABC):
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return f"{type(self).__name__}(n_features={self.n_features}{', ' if params else ''}{params})"
+        return (
+            f"{type(self).__name__}(n_features={self.n_features}{', ' if params else ''}{params})"
+        )

@@ -57,9 +57,7 @@ class MultiDepthNetwork:
         gen = torch.Generator().manual_seed(config.seed)
         # Initialised on the CPU from one seeded generator: the same seed gives the same network
         # on every device.
-        self.weights = [
-            self._init_matrix(H, n_features if l == 0 else H, gen) for l in range(L)
-        ]
+        self.weights = [self._init_matrix(H, n_features if l == 0 else H, gen) for l in range(L)]
         self.biases = [self._init_bias(H, n_features if l == 0 else H, gen) for l in range(L)]
         self.head0 = self._init_matrix(E, n_features, gen) * config.head0_init_scale
         self.heads = (
@@ -104,8 +102,9 @@ class MultiDepthNetwork:
             raise ValueError(f"network state: expected keys {sorted(own)}, got {sorted(state)}")
         for k, v in state.items():
             if tuple(v.shape) != tuple(own[k].shape):
-                raise ValueError(f"network state: {k} has shape {tuple(v.shape)}, "
-                                 f"expected {tuple(own[k].shape)}")
+                raise ValueError(
+                    f"network state: {k} has shape {tuple(v.shape)}, expected {tuple(own[k].shape)}"
+                )
             own[k].copy_(v)
 
     def to(self, device: torch.device | str) -> MultiDepthNetwork:

@@ -24,10 +24,13 @@ from oahu.hedge import hedge_update
 from oahu.learner import Learner
 from oahu.loss import abtl_with_gradients
 from oahu.network import MultiDepthNetwork
+from oahu.threads import intra_op_threads
 
 SKIP_NON_FINITE_LOSS = "non_finite_loss"
 _EMBED_CHUNK = 8192
 _DIST_EPS = 1e-12
+# Below this many triplets per step a CPU step runs on one intra-op thread (see oahu.threads).
+_SINGLE_THREAD_BELOW = 16
 
 
 class OAHU(Learner):
@@ -103,9 +106,11 @@ class OAHU(Learner):
         triplets = torch.from_numpy(np.stack([a, p, n], axis=1)).to(self.device)  # (N, 3, d)
         used = torch.zeros(len(triplets), dtype=torch.bool, device=self.device)
         size = self.config.batch_size
-        for start in range(0, len(triplets), size):
-            block = triplets[start : start + size]
-            used[start : start + len(block)] = self._step(block)
+        small_cpu_steps = self.device.type == "cpu" and size < _SINGLE_THREAD_BELOW
+        with intra_op_threads(1 if small_cpu_steps else None):
+            for start in range(0, len(triplets), size):
+                block = triplets[start : start + size]
+                used[start : start + len(block)] = self._step(block)
         return used.cpu().numpy()
 
     def _step(self, block: torch.Tensor) -> torch.Tensor:
@@ -120,7 +125,10 @@ class OAHU(Learner):
         d_pos = diff_pos.norm(dim=-1)  # (L+1, B), pre-update distances D_orig
         d_neg = diff_neg.norm(dim=-1)
         loss, g_pos, g_neg = abtl_with_gradients(d_pos, d_neg, self.config.tau)
-        finite = torch.isfinite(loss).all(0)
+        # An overflowing norm turns an embedding into a silent zero vector rather than a NaN, so
+        # it is checked with the loss: either one makes the triplet unlearnable.
+        norms = cache.norms.view(self.n_depths, 3, n_triplets).sum(dim=(0, 1))
+        finite = torch.isfinite(loss.sum(0) + norms)
         if not bool(finite.all()):
             return self._step_finite_only(block, finite)
         # ∂(mean_b Σ_l α(l) L(l)_b)/∂D, then ∂D/∂f = unit difference vectors.

@@ -1,4 +1,4 @@
-"""Learner names → classes, so the CLI, checkpoints and the service can build any learner by name."""
+"""Learner names → classes: the CLI, checkpoints and the service build any learner by name."""
 
 from __future__ import annotations
 

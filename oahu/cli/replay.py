@@ -1,0 +1,251 @@
+"""``oahu replay``: learn over a benchmark stream, then evaluate on its test split."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import numpy as np
+
+from oahu.config import PRESETS
+from oahu.evaluation import evaluate
+from oahu.registry import LEARNER_NAMES, learner_class, make_learner
+from oahu.replay import as_json_floats, replay, stream_kind_for
+from streams.datasets import DATASETS
+from streams.stream_file import PROTOCOLS, ConstraintStream, build_stream
+
+_DESCRIPTION = """\
+Replay a constraint stream through one learner and evaluate it the paper's way.
+
+The stream is either built on the fly from --dataset (seeded 1:1 development/test split, N
+constraints from the development split: N/2 seeds and N/2 by transitive closure; triplets for
+OAHU and OASIS, pairs for LEGO and RDML, OPML's own one-pass triplets) or read from --stream
+(a file written by `oahu make-stream`). After learning, the development split is the kNN gallery
+and the test split the queries. Reported: kNN error rate and macro-F1 (Eq. 23-25), constraint
+utilisation U, verification ROC AUC on a fixed sample of test pairs (Eq. 26 score), Recall@1,2,4,8
+within the test split (Eq. 27), training constraints/s and the final hedge weights alpha.
+"""
+
+_EPILOG = """\
+learner parameters:
+  Any constructor parameter of the chosen learner can be set with --set KEY=VALUE
+  (repeatable; VALUE is read as JSON when it parses, e.g. 0.3, 5, true, else as a string).
+  --show-params prints the chosen learner's parameters and their defaults.
+
+examples:
+  oahu replay --dataset digits --constraints 2000 --seed 0
+  oahu replay --dataset fashion-mnist --learner oahu --preset paper --json
+  oahu replay --dataset fashion-mnist --learner oahu --batch-size 256 --device auto
+  oahu replay --stream stream.npz --learner oasis --set C=0.1
+"""
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "replay",
+        help="learn over a benchmark stream, then evaluate on its test split",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    source = p.add_mutually_exclusive_group()
+    source.add_argument(
+        "--dataset",
+        choices=DATASETS,
+        default=None,
+        help="build the paper's stream from this dataset (default: digits)",
+    )
+    source.add_argument(
+        "--stream",
+        metavar="FILE",
+        default=None,
+        help="read the stream from FILE (.npz or .jsonl from oahu make-stream)",
+    )
+    p.add_argument(
+        "--learner",
+        choices=LEARNER_NAMES,
+        default="oahu",
+        help="the learner to train (default: oahu)",
+    )
+    p.add_argument(
+        "--constraints",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="constraints to build with --dataset (default: 10000)",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the split, the stream and the learner's initialisation (default: 0)",
+    )
+    p.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="closure",
+        help="with --dataset: closure (the paper's) or random i.i.d. constraints "
+        "(default: closure)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=tuple(PRESETS),
+        default=None,
+        help="OAHU only: a named configuration (paper = Section 4.3.2 as published; "
+        "default: the OAHUConfig defaults, which are the paper's)",
+    )
+    p.add_argument(
+        "--device", default=None, help="OAHU only: auto, cpu, cuda or cuda:N (default: auto)"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=None,
+        metavar="B",
+        help="OAHU only: triplets per update; 1 is the paper's strict Algorithm 1 (default: 1)",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a learner parameter (repeatable; see 'learner parameters' below)",
+    )
+    p.add_argument(
+        "--show-params",
+        action="store_true",
+        help="print the learner's parameters with their defaults, then exit",
+    )
+    p.add_argument("--k", type=int, default=5, help="neighbours per depth for kNN (default: 5)")
+    p.add_argument(
+        "--pairs",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="test pairs sampled for the verification AUC (default: 10000)",
+    )
+    p.add_argument(
+        "--save-model",
+        metavar="FILE",
+        default=None,
+        help="save the trained learner (a checkpoint oahu run --resume can load)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="print exactly one JSON object (keys: error, macro_f1, utilization, "
+        "auc, recall_at, triplets_per_s, alpha, constraints, seed, ...) to stdout",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=run)
+
+
+def parse_settings(items: list[str]) -> dict[str, Any]:
+    """``["eta=0.1", "init=orthogonal"]`` → ``{"eta": 0.1, "init": "orthogonal"}``."""
+    params: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set: expected KEY=VALUE, got {item!r}")
+        try:
+            params[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            params[key] = raw
+    return params
+
+
+def learner_params(args: argparse.Namespace) -> dict[str, Any]:
+    params = parse_settings(args.set)
+    oahu_only = {"preset": args.preset, "device": args.device, "batch_size": args.batch_size}
+    for key, value in oahu_only.items():
+        if value is None:
+            continue
+        if args.learner != "oahu":
+            raise ValueError(
+                f"--{key.replace('_', '-')}: only OAHU has this; "
+                f"use --set for {args.learner}'s parameters"
+            )
+        params[key] = value
+    if args.learner == "oahu":
+        params.setdefault("seed", args.seed)
+    return params
+
+
+def load_or_build_stream(args: argparse.Namespace, kind: str) -> ConstraintStream:
+    if args.stream:
+        if str(args.stream).endswith(".jsonl"):
+            from streams.stream_file import read_jsonl
+
+            return read_jsonl(args.stream)
+        return ConstraintStream.load(args.stream)
+    return build_stream(args.dataset or "digits", args.constraints, args.seed, kind, args.protocol)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.show_params:
+        learner = make_learner(args.learner, n_features=2, **learner_params(args))
+        for key, value in learner.get_params().items():
+            print(f"{key} = {value!r}")
+        return 0
+    params = learner_params(args)
+    kind = "pair" if learner_class(args.learner).constraint_kind == "pair" else "triplet"
+    stream = load_or_build_stream(args, kind)
+    learner = make_learner(args.learner, stream.n_features, **params)
+    if not args.stream:
+        assert stream.kind == stream_kind_for(learner)
+    if hasattr(learner, "prepare"):
+        learner.prepare(stream.X[stream.dev_idx])
+    stats = replay(learner, stream, progress=not args.no_progress)
+    if args.save_model:
+        from oahu.checkpoint import save_learner
+
+        save_learner(learner, args.save_model, {"stream_meta": json.dumps(stream.meta)})
+    result = evaluate(
+        learner,
+        stream.X,
+        stream.y,
+        stream.dev_idx,
+        stream.test_idx,
+        k=args.k,
+        n_pairs=args.pairs,
+        seed=args.seed,
+    )
+    report = {
+        **result.to_dict(),
+        "utilization": learner.utilization,
+        "triplets_per_s": stats.constraints_per_s,
+        "alpha": as_json_floats(learner.alpha),
+        "constraints": stats.constraints,
+        "seed": args.seed,
+        "learner": learner.name,
+        "dataset": stream.meta.get("dataset"),
+        "train_seconds": stats.seconds,
+        "updates": learner.updates,
+        "skipped": dict(learner.skipped),
+    }
+    if args.json:
+        json.dump(report, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        print(format_report(report))
+    return 0
+
+
+def format_report(r: dict[str, Any]) -> str:
+    recall = "  ".join(f"R@{k}={v:.4f}" for k, v in r["recall_at"].items())
+    alpha = np.array2string(np.asarray(r["alpha"]), precision=3, separator=", ")
+    return "\n".join(
+        [
+            f"learner        {r['learner']} on {r['dataset']} ({r['constraints']} constraints, "
+            f"seed {r['seed']})",
+            f"error rate     {r['error']:.4f}",
+            f"macro-F1       {r['macro_f1']:.4f}",
+            f"utilisation U  {r['utilization']:.4f}",
+            f"verify AUC     {r['auc']:.4f}",
+            f"recall         {recall}",
+            f"training       {r['triplets_per_s']:.0f} constraints/s ({r['train_seconds']:.2f} s)",
+            f"alpha          {alpha}",
+        ]
+    )

@@ -1,0 +1,110 @@
+"""Evaluating a learned metric the way the paper does (Section 4).
+
+The development split is the kNN gallery and the test split the queries: error rate and macro-F1 of
+Eq. 23-25 classification, ROC AUC of the continuous verification score on a fixed sample of test
+pairs, and Recall@K (Section 4.5.2) retrieving within the test split with each query excluded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import f1_score, roc_auc_score
+
+from oahu.inference import GalleryIndex, classify, recall_at, retrieve, verify
+from oahu.learner import Learner
+
+RECALL_KS: tuple[int, ...] = (1, 2, 4, 8)
+
+
+@dataclass
+class Evaluation:
+    error: float
+    macro_f1: float
+    auc: float
+    recall_at: dict[int, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["recall_at"] = {str(k): v for k, v in self.recall_at.items()}
+        return out
+
+
+def verification_pairs(
+    labels: np.ndarray, n_pairs: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A fixed, seeded sample of item pairs, half similar and half dissimilar.
+
+    Returns positions ``(i, j)`` into ``labels`` and whether each pair is similar.
+
+    >>> i, j, same = verification_pairs(np.array([0, 0, 1, 1, 1]), n_pairs=6, seed=0)
+    >>> same.tolist(), bool((i != j).all())
+    ([True, True, True, False, False, False], True)
+    """
+    rng = np.random.default_rng(seed)
+    labels = np.asarray(labels)
+    n_similar = n_pairs // 2
+    # Similar pairs: a random item, then a random other member of its class.
+    order = np.argsort(labels, kind="stable")
+    classes, starts, counts = np.unique(labels[order], return_index=True, return_counts=True)
+    rank = np.empty(len(labels), dtype=np.int64)
+    rank[order] = np.arange(len(labels))
+    eligible = np.flatnonzero(counts[np.searchsorted(classes, labels)] > 1)
+    first = rng.choice(eligible, size=n_similar)
+    cls = np.searchsorted(classes, labels[first])
+    offset = rng.integers(0, counts[cls] - 1)
+    offset += offset >= rank[first] - starts[cls]  # skip the item itself
+    second = order[starts[cls] + offset]
+    # Dissimilar pairs: rejection-sample until the labels differ.
+    n_dissimilar = n_pairs - n_similar
+    u = rng.integers(0, len(labels), size=n_dissimilar)
+    v = rng.integers(0, len(labels), size=n_dissimilar)
+    same = labels[u] == labels[v]
+    while same.any():
+        v[same] = rng.integers(0, len(labels), size=int(same.sum()))
+        same = labels[u] == labels[v]
+    i = np.concatenate([first, u])
+    j = np.concatenate([second, v])
+    return i, j, labels[i] == labels[j]
+
+
+def evaluate(
+    learner: Learner,
+    X: np.ndarray,
+    y: np.ndarray,
+    gallery_idx: np.ndarray,
+    query_idx: np.ndarray,
+    k: int = 5,
+    n_pairs: int = 10_000,
+    recall_ks: tuple[int, ...] = RECALL_KS,
+    seed: int = 0,
+) -> Evaluation:
+    """Classification, verification and retrieval quality of ``learner`` (see module doc)."""
+    y = np.asarray(y)
+    alpha = learner.alpha
+    gallery = learner.embed(X[gallery_idx], role="gallery")
+    queries = learner.embed(X[query_idx], role="query")
+    query_labels = y[query_idx]
+
+    index = GalleryIndex(gallery, y[gallery_idx], learner.metric)
+    predicted = classify(index, queries, alpha, k=k).labels
+    error = float(np.mean(predicted != query_labels))
+    macro_f1 = float(f1_score(query_labels, predicted, average="macro"))
+    del index, gallery
+
+    # Queries double as the retrieval gallery; a similarity learner embeds that side differently.
+    queries_as_gallery = (
+        learner.embed(X[query_idx], role="gallery") if learner.metric == "ip" else queries
+    )
+    i, j, same = verification_pairs(query_labels, n_pairs, seed)
+    score = verify(queries[:, i], queries_as_gallery[:, j], alpha, metric=learner.metric).score
+    auc = float(roc_auc_score(same, score))
+
+    test_index = GalleryIndex(queries_as_gallery, query_labels, learner.metric)
+    found = retrieve(
+        test_index, queries, alpha, k=max(recall_ks), exclude=np.arange(len(query_idx))
+    ).positions
+    retrieved_labels = np.where(found >= 0, query_labels[np.maximum(found, 0)], -1)
+    return Evaluation(error, macro_f1, auc, recall_at(retrieved_labels, query_labels, recall_ks))

@@ -1,0 +1,152 @@
+"""The parameter step (Eq. 21-22) against a hand computation and against autograd."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from oahu.loss import dissimilarity_threshold, similarity_threshold
+from oahu.oahu_learner import OAHU
+
+TAU, ETA = 0.1, 0.3
+
+
+def test_linear_head_step_by_hand() -> None:
+    # L = 0: only E0. Θ0 = I, a = (1, 0), p = (0, 1), n = (−1, 0) → f = the inputs themselves.
+    # D+ = √2, D− = 2 = c2 (no repulsive gradient). ∂L/∂D+ = g = 1/(2(2 − c1)).
+    # ∂f_a: g(f_a − f_p)/D+ = g/√2·(1, −1), projected off f_a = (1, 0): (0, −g/√2)
+    # ∂f_p: g/√2·(−1, 1), projected off f_p = (0, 1): (−g/√2, 0)
+    # ∂Θ0 = Σ ∂raw ⊗ x = [[0, −g/√2], [−g/√2, 0]] → Θ0' = [[1, ηg/√2], [ηg/√2, 1]]
+    model = OAHU(2, n_hidden_layers=0, embedding_dim=2, tau=TAU, learning_rate=ETA, device="cpu")
+    model.network.head0.copy_(torch.eye(2))
+    a, p, n = np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), np.array([[-1.0, 0.0]])
+    used = model.learn_triplets(a, p, n)
+    c1 = TAU / (math.e**2 - 1) * (math.exp(math.sqrt(2)) - 1)
+    off = ETA * 0.5 / (2 - c1) / math.sqrt(2)
+    assert off == pytest.approx(0.054357, abs=1e-6)
+    expected = torch.tensor([[1.0, off], [off, 1.0]])
+    assert torch.allclose(model.network.head0, expected, atol=1e-7)
+    assert used.tolist() == [True]
+    assert model.alpha.tolist() == [1.0]  # one depth: the hedge keeps α = [1]
+
+
+def _reference_step(model: OAHU, triplets: np.ndarray, per_depth: bool):
+    """Autograd in float64 on Σ α L (or on each L(l) separately, to assemble Eq. 21-22)."""
+    net = model.network
+    params = {k: v.detach().double().clone().requires_grad_(True) for k, v in net.tensors().items()}
+    n_layers = model.config.n_hidden_layers
+
+    def embed(x):
+        hidden, h = [], x
+        for l in range(n_layers):
+            h = torch.relu(h @ params[f"W{l + 1}"].T + params[f"b{l + 1}"])
+            hidden.append(h)
+        raw = [x @ params["head0"].T] + [hidden[l] @ params["heads"][l].T for l in range(n_layers)]
+        return [r / r.norm(dim=-1, keepdim=True) for r in raw]
+
+    x = torch.from_numpy(triplets).double()  # (B, 3, d)
+    fa, fp, fn = embed(x[:, 0]), embed(x[:, 1]), embed(x[:, 2])
+    losses = []
+    for l in range(model.n_depths):
+        d_pos = (fa[l] - fp[l]).norm(dim=-1)
+        d_neg = (fa[l] - fn[l]).norm(dim=-1)
+        c1 = similarity_threshold(d_pos.detach(), TAU)
+        c2 = dissimilarity_threshold(d_neg.detach(), TAU)
+        attr = torch.clamp((d_pos - c1) / (2 - c1), min=0)
+        rep = torch.clamp(1 - d_neg / c2, min=0)
+        losses.append((0.5 * (attr + rep)).mean())
+    alpha = torch.from_numpy(model.alpha)
+    if not per_depth:
+        sum(a * loss for a, loss in zip(alpha, losses, strict=True)).backward()
+        return {k: (v - ETA * v.grad).detach() for k, v in params.items()}, losses
+    grads = []
+    for loss in losses:
+        got = torch.autograd.grad(loss, list(params.values()), retain_graph=True, allow_unused=True)
+        grads.append(
+            [
+                torch.zeros_like(p) if g is None else g
+                for g, p in zip(got, params.values(), strict=True)
+            ]
+        )
+    return dict(zip(params, zip(*grads, strict=True), strict=True)), losses
+
+
+def _tiny_model(batch_size: int = 1) -> OAHU:
+    # Seed chosen so that no ReLU unit is dead for these inputs (a dead unit makes D+ = 0 at
+    # some depth, where autograd's norm gradient is 0/0 and ours is 0).
+    return OAHU(
+        5,
+        n_hidden_layers=3,
+        hidden_width=6,
+        embedding_dim=3,
+        tau=TAU,
+        learning_rate=ETA,
+        batch_size=batch_size,
+        seed=3,
+        device="cpu",
+    )
+
+
+def _triplets(n: int) -> np.ndarray:
+    return np.random.default_rng(7).random((n, 3, 5), dtype=np.float32)
+
+
+def test_step_equals_autograd_on_weighted_sum() -> None:
+    model = _tiny_model()
+    trip = _triplets(1)
+    expected, _ = _reference_step(model, trip, per_depth=False)
+    model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
+    for name, value in model.network.tensors().items():
+        assert torch.allclose(value.double(), expected[name], atol=1e-6), name
+
+
+def test_step_is_eq21_and_eq22() -> None:
+    """Θ(l) moves by −ηα(l)∇L(l) alone (Eq. 21); W(l) by −ηΣ_{j≥l} α(j)∇L(j) (Eq. 22)."""
+    model = _tiny_model()
+    trip = _triplets(1)
+    before = {k: v.clone().double() for k, v in model.network.tensors().items()}
+    per_depth, _ = _reference_step(model, trip, per_depth=True)
+    alpha = model.alpha
+    model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
+    after = {k: v.double() for k, v in model.network.tensors().items()}
+    n_layers = model.config.n_hidden_layers
+    # Eq. 21, depth 0: only L(0) reaches Θ(0).
+    assert torch.allclose(
+        after["head0"], before["head0"] - ETA * alpha[0] * per_depth["head0"][0], atol=1e-6
+    )
+    for j in range(1, model.n_depths):
+        assert torch.count_nonzero(per_depth["head0"][j]) == 0
+    # Eq. 21, deeper heads: Θ(l) sees only L(l).
+    for l in range(1, model.n_depths):
+        own = per_depth["heads"][l][l - 1]
+        assert torch.allclose(
+            after["heads"][l - 1], before["heads"][l - 1] - ETA * alpha[l] * own, atol=1e-6
+        )
+    # Eq. 22: W(l) collects the losses of depths j ≥ l only.
+    for l in range(1, n_layers + 1):
+        grads = per_depth[f"W{l}"]
+        for j in range(l):
+            assert torch.count_nonzero(grads[j]) == 0
+        combined = sum(alpha[j] * grads[j] for j in range(l, model.n_depths))
+        assert torch.allclose(after[f"W{l}"], before[f"W{l}"] - ETA * combined, atol=1e-6)
+
+
+def test_hedge_uses_pre_update_losses() -> None:
+    model = _tiny_model()
+    trip = _triplets(1)
+    _, losses = _reference_step(model, trip, per_depth=False)
+    model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
+    assert model.last_losses.double().tolist() == pytest.approx(
+        [float(v.detach()) for v in losses], abs=1e-6
+    )
+
+
+def test_micro_batch_step_is_batch_mean() -> None:
+    model = _tiny_model(batch_size=4)
+    trip = _triplets(4)
+    expected, _ = _reference_step(model, trip, per_depth=False)
+    model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
+    assert model.updates == 1
+    for name, value in model.network.tensors().items():
+        assert torch.allclose(value.double(), expected[name], atol=1e-6), name

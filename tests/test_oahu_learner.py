@@ -1,0 +1,150 @@
+"""OAHU as a learner: modes, determinism, checkpoints and bad input."""
+
+import numpy as np
+import pytest
+import torch
+
+from oahu.checkpoint import load_learner, save_learner
+from oahu.config import OAHUConfig
+from oahu.oahu_learner import OAHU
+
+D = 12
+
+
+def small(**kw) -> OAHU:
+    params = dict(hidden_width=16, embedding_dim=6, device="cpu")
+    params.update(kw)
+    return OAHU(D, **params)
+
+
+@pytest.fixture
+def triplets() -> np.ndarray:
+    return np.random.default_rng(0).random((40, 3, D), dtype=np.float32)
+
+
+def assert_same_state(a: OAHU, b: OAHU) -> None:
+    for (name, x), y in zip(a.network.tensors().items(), b.network.tensors().values(), strict=True):
+        assert torch.equal(x, y), name
+    assert np.array_equal(a.alpha, b.alpha)
+    assert (a.updates, a.constraints_seen, a.constraints_used) == (
+        b.updates,
+        b.constraints_seen,
+        b.constraints_used,
+    )
+
+
+def test_strict_one_call_equals_one_triplet_per_call(triplets) -> None:
+    together, one_by_one = small(), small()
+    together.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    for t in triplets:
+        one_by_one.learn_triplets(t[0], t[1], t[2])
+    assert_same_state(together, one_by_one)
+    assert together.updates == len(triplets)
+
+
+def test_micro_batch_of_one_equals_strict_bit_for_bit(triplets) -> None:
+    strict = small()  # the default config is strict Algorithm 1
+    assert strict.config.batch_size == 1
+    micro = small(config=OAHUConfig(hidden_width=16, embedding_dim=6, device="cpu", batch_size=1))
+    strict.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    for start in range(0, len(triplets), 7):  # arbitrary chunking of the stream
+        chunk = triplets[start : start + 7]
+        micro.learn_triplets(chunk[:, 0], chunk[:, 1], chunk[:, 2])
+    assert_same_state(strict, micro)
+
+
+def test_micro_batch_takes_one_update_per_batch(triplets) -> None:
+    model = small(batch_size=16)
+    used = model.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    assert model.updates == 3  # 16 + 16 + 8
+    assert used.all() and model.utilization == 1.0
+    assert model.alpha.sum() == pytest.approx(1.0)
+
+
+def test_same_seed_same_model_different_seed_different_model(triplets) -> None:
+    a, b, c = small(seed=5), small(seed=5), small(seed=6)
+    for m in (a, b, c):
+        m.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    assert_same_state(a, b)
+    assert not torch.equal(a.network.head0, c.network.head0)
+
+
+def test_save_load_continues_exactly(tmp_path, triplets) -> None:
+    whole, first = small(seed=1), small(seed=1)
+    whole.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    first.learn_triplets(triplets[:20, 0], triplets[:20, 1], triplets[:20, 2])
+    path = tmp_path / "oahu.pt"
+    save_learner(first, path, {"offset": 20})
+    raw = torch.load(path, weights_only=True)  # no code runs when a checkpoint is opened
+    assert raw["state"]["learner"] == "oahu"
+    resumed, extra = load_learner(path)
+    assert extra == {"offset": 20}
+    assert resumed.config == first.config
+    resumed.learn_triplets(triplets[20:, 0], triplets[20:, 1], triplets[20:, 2])
+    assert_same_state(whole, resumed)
+
+
+def test_wrong_dimension_raises_naming_the_field() -> None:
+    model = small()
+    good = np.zeros((2, D), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"negatives: expected shape \(n, 12\)"):
+        model.learn_triplets(good, good, np.zeros((2, D + 1)))
+    with pytest.raises(ValueError, match="lengths differ"):
+        model.learn_triplets(good, good, good[:1])
+    assert model.constraints_seen == 0
+
+
+def test_non_finite_and_degenerate_triplets_are_skipped_and_counted(triplets) -> None:
+    model, clean = small(), small()
+    a, p, n = (triplets[:6, i].copy() for i in range(3))
+    a[1, 3] = np.nan
+    p[2, 0] = np.inf
+    n[4] = a[4]  # anchor identical to the negative
+    before = {k: v.clone() for k, v in model.network.tensors().items()}
+    used = model.learn_triplets(a, p, n)
+    assert used.tolist() == [True, False, False, True, False, True]
+    assert model.skipped == {"non_finite": 2, "degenerate": 1}
+    assert model.constraints_seen == 6 and model.constraints_learned == 3
+    assert model.utilization == 1.0
+    # The skipped rows left no trace: same as learning the three good ones alone.
+    keep = [0, 3, 5]
+    clean.learn_triplets(a[keep], p[keep], n[keep])
+    for name, value in model.network.tensors().items():
+        assert torch.equal(value, clean.network.tensors()[name]), name
+    assert not torch.equal(before["head0"], model.network.head0)
+
+
+def test_non_finite_loss_never_reaches_the_weights(triplets) -> None:
+    model = small()
+    a, p, n = (triplets[:3, i].copy() for i in range(3))
+    a[1] = 3e38  # finite input whose embedding overflows
+    used = model.learn_triplets(a, p, n)
+    assert used.tolist() == [True, False, True]
+    assert model.skipped == {"non_finite_loss": 1}
+    assert all(torch.isfinite(v).all() for v in model.network.tensors().values())
+    assert np.isfinite(model.alpha).all()
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="learning_rate: must be > 0, got -1"):
+        OAHU(4, learning_rate=-1)
+    with pytest.raises(ValueError, match="batch_size"):
+        OAHU(4, batch_size=0)
+    with pytest.raises(ValueError, match="preset: unknown 'nope'"):
+        OAHU(4, preset="nope")
+    with pytest.raises(ValueError, match="n_features"):
+        OAHU(0)
+
+
+def test_paper_defaults() -> None:
+    cfg = OAHU(4).config
+    assert (cfg.n_hidden_layers, cfg.hidden_width, cfg.embedding_dim) == (5, 100, 50)
+    assert (cfg.beta, cfg.smoothing, cfg.learning_rate, cfg.tau) == (0.99, 0.1, 0.3, 0.1)
+    assert OAHU(4).alpha.tolist() == pytest.approx([1 / 6] * 6)
+
+
+def test_embeddings_are_unit_vectors_per_depth(triplets) -> None:
+    model = small()
+    emb = model.embed(triplets[:, 0])
+    assert emb.shape == (6, 40, 6) and emb.dtype == np.float32
+    assert np.allclose(np.linalg.norm(emb, axis=-1), 1.0, atol=1e-5)
