@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Installs everything oahu needs on a fresh Debian machine, idempotently:
+#   - Debian packages: the Fashion-MNIST dataset, Java 17 and Maven (for the test Kafka broker);
+#   - a virtualenv (default ~/.cache/oahu/venv, override with OAHU_VENV) with oahu and its
+#     dependencies, re-resolved only when pyproject.toml changes.
+# Prints the venv's path on the last line of stdout.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cache=${OAHU_CACHE:-$HOME/.cache/oahu}
+venv=${OAHU_VENV:-$cache/venv}
+python=${PYTHON:-python3}
+log() { echo "bootstrap: $*" >&2; }
+
+need_apt=()
+[ -d /usr/share/datasets/fashion-mnist ] || need_apt+=(dataset-fashion-mnist)
+if [ "${OAHU_NO_KAFKA:-0}" != 1 ]; then
+  command -v java >/dev/null || need_apt+=(openjdk-17-jre-headless)
+  command -v mvn >/dev/null || need_apt+=(maven)
+fi
+if [ ${#need_apt[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  log "installing Debian packages: ${need_apt[*]}"
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need_apt[@]}" >&2
+fi
+
+"$python" - <<'PY' || { echo "bootstrap: Python >= 3.11 is required" >&2; exit 1; }
+import sys; sys.exit(sys.version_info < (3, 11))
+PY
+
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating virtualenv $venv"
+  mkdir -p "$(dirname "$venv")"
+  "$python" -m venv "$venv"
+  "$venv/bin/pip" install -q --upgrade pip setuptools wheel >&2
+fi
+
+# Dependencies change only with pyproject.toml; the (fast) editable install follows the checkout.
+stamp="$venv/.oahu-deps-$(sha256sum "$repo/pyproject.toml" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  log "installing dependencies (torch is large: the first time takes a few minutes)"
+  "$venv/bin/pip" install -q -e "$repo[test,bench]" >&2
+  rm -f "$venv"/.oahu-deps-*
+  touch "$stamp"
+else
+  "$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$repo" >&2
+fi
+echo "$venv"
