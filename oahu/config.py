@@ -11,6 +11,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from oahu.preprocessing import parse_preprocess
+
 Init = Literal["kaiming", "orthogonal"]
 
 
@@ -38,7 +40,8 @@ class OAHUConfig:
     tau: float = 0.1  # τ, the ABTL bound width (Eq. 9-10)
     batch_size: int = 1  # 1 = strict Algorithm 1; B > 1 = micro-batch
     init: Init = "kaiming"  # weight initialisation of hidden layers and heads
-    head0_init_scale: float = 1.0  # multiplies E0's initial weights (see PRESETS["tuned"])
+    head0_init_scale: float = 1.0  # multiplies E0's initial weights
+    preprocess: str = "none"  # input preprocessing, see oahu.preprocessing
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
 
@@ -58,6 +61,7 @@ class OAHUConfig:
             raise ValueError(f"tau: must be in (0, 2/3) (Section 3.5), got {self.tau}")
         if self.init not in ("kaiming", "orthogonal"):
             raise ValueError(f"init: must be 'kaiming' or 'orthogonal', got {self.init!r}")
+        parse_preprocess(self.preprocess)
         if not self.head0_init_scale > 0.0:
             raise ValueError(f"head0_init_scale: must be > 0, got {self.head0_init_scale}")
         if not isinstance(self.device, str) or not (

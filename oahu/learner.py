@@ -20,6 +20,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from oahu.preprocessing import InputScaler
+
 ConstraintKind = Literal["triplet", "pair"]
 MetricKind = Literal["l2", "ip"]
 
@@ -48,8 +50,9 @@ class Learner(ABC):
     """Base class of all online metric learners.
 
     Subclasses set the class attributes and implement ``_learn_triplets`` or ``_learn_pairs``
-    (whichever their ``constraint_kind`` is; a learner may implement both), ``embed``,
-    ``_get_state`` and ``_set_state``.
+    (whichever their ``constraint_kind`` is; a learner may implement both), ``_embed``,
+    ``_get_state`` and ``_set_state``. They receive inputs already validated and preprocessed
+    (see :mod:`oahu.preprocessing`; ``preprocess="none"`` by default).
 
     Class attributes
     ----------------
@@ -65,10 +68,11 @@ class Learner(ABC):
     constraint_kind: ClassVar[ConstraintKind] = "triplet"
     metric: ClassVar[MetricKind] = "l2"
 
-    def __init__(self, n_features: int) -> None:
+    def __init__(self, n_features: int, preprocess: str = "none") -> None:
         if int(n_features) < 1:
             raise ValueError(f"n_features: must be a positive integer, got {n_features!r}")
         self.n_features = int(n_features)
+        self.input_scaler = InputScaler(preprocess, self.n_features)
         self.constraints_seen = 0  # every constraint offered, valid or not
         self.constraints_used = 0  # constraints that changed the model (numerator of U)
         self.updates = 0  # parameter steps taken (a micro-batch step counts once)
@@ -96,6 +100,11 @@ class Learner(ABC):
         return np.ones(1, dtype=np.float64)
 
     # ----------------------------------------------------------------- learning
+    def prepare(self, x: Any) -> None:
+        """Fit input preprocessing on unlabelled items (e.g. the development split), once,
+        before the stream starts. A no-op when ``preprocess="none"``."""
+        self.input_scaler.fit(as_feature_matrix(x, self.n_features, "x"))
+
     def learn_triplets(self, anchors: Any, positives: Any, negatives: Any) -> np.ndarray:
         """Learn from triplets in stream order; return a bool mask of those that changed the model.
 
@@ -116,10 +125,10 @@ class Learner(ABC):
         used = np.zeros(len(a), dtype=bool)
         if valid.any():
             idx = np.flatnonzero(valid)
-            if len(idx) == len(a):
-                used[:] = self._learn_triplets(a, p, n)
-            else:
-                used[idx] = self._learn_triplets(a[idx], p[idx], n[idx])
+            if len(idx) < len(a):
+                a, p, n = a[idx], p[idx], n[idx]
+            scale = self.input_scaler.transform
+            used[idx] = self._learn_triplets(scale(a), scale(p), scale(n))
         self.constraints_used += int(used.sum())
         return used
 
@@ -135,7 +144,8 @@ class Learner(ABC):
         used = np.zeros(len(xu), dtype=bool)
         if valid.any():
             idx = np.flatnonzero(valid)
-            used[idx] = self._learn_pairs(xu[idx], xv[idx], sim[idx])
+            scale = self.input_scaler.transform
+            used[idx] = self._learn_pairs(scale(xu[idx]), scale(xv[idx]), sim[idx])
         self.constraints_used += int(used.sum())
         return used
 
@@ -156,9 +166,16 @@ class Learner(ABC):
         raise NotImplementedError(f"{type(self).__name__} does not learn from pairs")
 
     # ----------------------------------------------------------------- inference
-    @abstractmethod
     def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
         """Embed items: float32 array of shape (n_depths, n_items, embedding_dim)."""
+        if role not in ("query", "gallery"):
+            raise ValueError(f"role: must be 'query' or 'gallery', got {role!r}")
+        x = self.input_scaler.transform(as_feature_matrix(x, self.n_features, "x"))
+        return self._embed(x, role)
+
+    @abstractmethod
+    def _embed(self, x: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
+        """Embed validated, preprocessed float32 items (n, n_features)."""
 
     # ----------------------------------------------------------------- state
     def get_state(self) -> dict[str, Any]:
@@ -176,7 +193,8 @@ class Learner(ABC):
                 "updates": self.updates,
                 "skipped": dict(self.skipped),
             },
-            "params": self.get_params(),
+            "params": {"preprocess": self.input_scaler.spec, **self.get_params()},
+            "preprocess": self.input_scaler.get_state(),
             "model": self._get_state(),
         }
 
@@ -190,6 +208,7 @@ class Learner(ABC):
         self.constraints_used = int(counters["constraints_used"])
         self.updates = int(counters["updates"])
         self.skipped = Counter({k: int(v) for k, v in counters["skipped"].items()})
+        self.input_scaler.set_state(state["preprocess"])
         self._set_state(state["model"])
 
     def get_params(self) -> dict[str, Any]:

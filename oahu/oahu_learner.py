@@ -63,7 +63,6 @@ class OAHU(Learner):
         preset: str | None = None,
         **fields: Any,
     ) -> None:
-        super().__init__(n_features)
         if config is not None and preset is not None:
             raise ValueError("config, preset: give one of them, not both")
         if preset is not None:
@@ -72,6 +71,7 @@ class OAHU(Learner):
             config = PRESETS[preset]
         config = config or OAHUConfig()
         self.config = config.replace(**fields) if fields else config
+        super().__init__(n_features, preprocess=self.config.preprocess)
         self.device = resolve_device(self.config.device)
         self.network = MultiDepthNetwork(n_features, self.config, self.device)
         depths = self.config.n_depths
@@ -90,10 +90,7 @@ class OAHU(Learner):
     def get_params(self) -> dict[str, Any]:
         return self.config.to_dict()
 
-    def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
-        from oahu.learner import as_feature_matrix
-
-        arr = as_feature_matrix(x, self.n_features, "x")
+    def _embed(self, arr: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
         out = np.empty((self.n_depths, len(arr), self.config.embedding_dim), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, len(arr), _EMBED_CHUNK):

@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from oahu.learner import ConstraintKind, Learner, MetricKind, as_feature_matrix
+from oahu.learner import ConstraintKind, Learner, MetricKind
 
 
 class Euclidean(Learner):
@@ -32,8 +32,8 @@ class Euclidean(Learner):
     def _learn_pairs(self, u: np.ndarray, v: np.ndarray, similar: np.ndarray) -> np.ndarray:
         return np.zeros(len(u), dtype=bool)
 
-    def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
-        return as_feature_matrix(x, self.n_features, "x").copy()[None]
+    def _embed(self, x: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
+        return x.copy()[None]  # a copy: never hand back a view of the caller's input
 
     def _get_state(self) -> dict[str, Any]:
         return {}

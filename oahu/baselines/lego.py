@@ -60,8 +60,9 @@ class LEGO(PairwiseMahalanobis):
         learning_rate: float = 0.1,
         target_similar: float = 1.0,
         target_dissimilar: float = 2.7,
+        preprocess: str = "none",
     ) -> None:
-        super().__init__(n_features)
+        super().__init__(n_features, preprocess=preprocess)
         self.learning_rate = positive_float("learning_rate", learning_rate)
         self.target_similar = positive_float("target_similar", target_similar)
         self.target_dissimilar = positive_float("target_dissimilar", target_dissimilar)

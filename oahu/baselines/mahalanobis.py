@@ -18,7 +18,7 @@ from oahu.baselines._linalg import (
     symmetrized,
     to_tensor,
 )
-from oahu.learner import ConstraintKind, Learner, MetricKind, as_feature_matrix
+from oahu.learner import ConstraintKind, Learner, MetricKind
 
 
 class MahalanobisLearner(Learner):
@@ -31,8 +31,8 @@ class MahalanobisLearner(Learner):
 
     metric: ClassVar[MetricKind] = "l2"
 
-    def __init__(self, n_features: int) -> None:
-        super().__init__(n_features)
+    def __init__(self, n_features: int, preprocess: str = "none") -> None:
+        super().__init__(n_features, preprocess=preprocess)
         self._a = fortran_identity(self.n_features)
         self._factor: tuple[int, np.ndarray] | None = None  # (self.updates when built, G)
 
@@ -55,16 +55,15 @@ class MahalanobisLearner(Learner):
                 used[i] = self._update_triplet(to_pos[i], to_neg[i])
         return used
 
-    def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
+    def _embed(self, x: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
         """x ↦ Gᵀx with G Gᵀ = A, so Euclidean distances of embeddings are d_A distances.
 
         G is factored once per model version (not per update) and cached until A changes.
         """
-        items = as_feature_matrix(x, self.n_features, "x")
         if self._factor is None or self._factor[0] != self.updates:
             g = mahalanobis_factor(self.metric_matrix).astype(np.float32)
             self._factor = (self.updates, g)
-        return (items @ self._factor[1])[None]
+        return (x @ self._factor[1])[None]
 
     def _get_state(self) -> dict[str, Any]:
         return {"A": to_tensor(self.metric_matrix)}

@@ -26,7 +26,7 @@ from oahu.baselines._linalg import (
     to_tensor,
 )
 from oahu.baselines._params import positive_float
-from oahu.learner import ConstraintKind, Learner, MetricKind, as_feature_matrix
+from oahu.learner import ConstraintKind, Learner, MetricKind
 
 
 class OASIS(Learner):
@@ -52,8 +52,10 @@ class OASIS(Learner):
     constraint_kind: ClassVar[ConstraintKind] = "triplet"
     metric: ClassVar[MetricKind] = "ip"
 
-    def __init__(self, n_features: int, aggressiveness: float = 0.1) -> None:
-        super().__init__(n_features)
+    def __init__(
+        self, n_features: int, aggressiveness: float = 0.1, preprocess: str = "none"
+    ) -> None:
+        super().__init__(n_features, preprocess=preprocess)
         self.aggressiveness = positive_float("aggressiveness", aggressiveness)
         self._w = fortran_identity(self.n_features)
 
@@ -86,14 +88,11 @@ class OASIS(Learner):
         self.updates += 1
         return True
 
-    def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
+    def _embed(self, x: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
         """Queries embed as themselves, gallery items q as W q (rows: X Wᵀ)."""
-        items = as_feature_matrix(x, self.n_features, "x")
         if role == "query":
-            return items.copy()[None]  # a copy: never hand back a view of the caller's input
-        if role != "gallery":
-            raise ValueError(f"role: must be 'query' or 'gallery', got {role!r}")
-        return (items @ self._w.T.astype(np.float32))[None]
+            return x.copy()[None]  # a copy: never hand back a view of the caller's input
+        return (x @ self._w.T.astype(np.float32))[None]
 
     def _get_state(self) -> dict[str, Any]:
         return {"W": to_tensor(self._w)}

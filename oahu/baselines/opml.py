@@ -67,8 +67,10 @@ class OPML(MahalanobisLearner):
     name: ClassVar[str] = "opml"
     constraint_kind: ClassVar[ConstraintKind] = "triplet"
 
-    def __init__(self, n_features: int, regularization: float = 1e-3) -> None:
-        super().__init__(n_features)
+    def __init__(
+        self, n_features: int, regularization: float = 1e-3, preprocess: str = "none"
+    ) -> None:
+        super().__init__(n_features, preprocess=preprocess)
         self.regularization = positive_float("regularization", regularization)
         # latest sample per class, least recently updated class first (dicts keep insertion order)
         self._latest: dict[Any, np.ndarray] = {}

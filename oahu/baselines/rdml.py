@@ -71,9 +71,13 @@ class RDML(PairwiseMahalanobis):
     name: ClassVar[str] = "rdml"
 
     def __init__(
-        self, n_features: int, learning_rate: float = 0.1, psd_margin: float = 0.5
+        self,
+        n_features: int,
+        learning_rate: float = 0.1,
+        psd_margin: float = 0.5,
+        preprocess: str = "none",
     ) -> None:
-        super().__init__(n_features)
+        super().__init__(n_features, preprocess=preprocess)
         self.learning_rate = positive_float("learning_rate", learning_rate)
         self.psd_margin = open_unit_float("psd_margin", psd_margin)
         self._a_inv = fortran_identity(self.n_features)
