@@ -7,8 +7,10 @@ SIGKILLs and shutdowns real SIGTERMs.
 from __future__ import annotations
 
 import asyncio
+import socket
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -294,3 +296,18 @@ async def _query_while_learning(base: str, items: list, proc: ServiceProcess) ->
     async with httpx.AsyncClient(base_url=base, timeout=30) as http:
         await asyncio.gather(*(client(http) for _ in range(8)))
     return answers
+
+
+def test_an_unreachable_broker_means_not_ready_never_a_crash(tmp_path: Path):
+    stream_file = make_stream(tmp_path, 10, seed=0)
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    quick = ["--kafka-option", "bootstrap_timeout_ms=1000"]  # fail each attempt fast
+    proc = service(dead, "t", "g", stream_file, tmp_path / "state", *quick)
+    answer = wait_until(lambda: proc.get("/readyz"), 60, "the HTTP API")
+    assert answer.status_code == 503 and answer.json()["checks"]["source"] is False
+    assert proc.get("/healthz").json() == {"status": "ok"}
+    time.sleep(2)  # connection attempts keep failing meanwhile
+    assert proc.proc.poll() is None and proc.get("/readyz").status_code == 503
+    assert proc.terminate() == 0

@@ -12,14 +12,16 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from connectors.dead_letter import DeadLetterFile, DeadLetterKafka, DeadLetterSink
+from connectors.dead_letter import DeadLetter, DeadLetterFile, DeadLetterKafka, DeadLetterSink
 from connectors.file_source import FileSource
 from connectors.items import ItemStore
+from connectors.kafka_source import Backoff
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.service.api import ServiceView, create_app
@@ -69,6 +71,36 @@ def load_items(path: str | Path, dev_only: bool = False) -> ItemStore:
     store = ItemStore(dim=stream.n_features)
     store.add(stream.dev_idx, stream.X[stream.dev_idx], stream.y[stream.dev_idx])
     return store
+
+
+class LazyDeadLetterSink(DeadLetterSink):
+    """Creates its sink on first use, retrying with backoff: a Kafka producer cannot be built
+    while the broker is down, and the service must start (not ready) rather than crash-loop.
+    Letters only arise from records just fetched, so the broker is normally up by then."""
+
+    def __init__(self, factory: Callable[[], DeadLetterSink]) -> None:
+        super().__init__()
+        self._factory = factory
+        self._sink: DeadLetterSink | None = None
+
+    def _deliver(self, letter: DeadLetter) -> None:
+        backoff = Backoff()
+        while self._sink is None:
+            try:
+                self._sink = self._factory()
+            except Exception as exc:  # the producer's connection errors vary by version
+                delay = backoff.fail()
+                log.warning("dead-letter sink unavailable (%r); retrying in %.1fs", exc, delay)
+                time.sleep(delay)
+        self._sink.write(letter)
+
+    def flush(self) -> None:
+        if self._sink is not None:
+            self._sink.flush()
+
+    def close(self) -> None:
+        if self._sink is not None:
+            self._sink.close()
 
 
 def kafka_options(options: dict[str, Any], client: type) -> dict[str, Any]:
@@ -160,10 +192,12 @@ class Service:
             from kafka import KafkaProducer
 
             bootstrap, topic, _ = config.kafka_target()
-            return DeadLetterKafka(
-                config.dead_letter or topic + DEAD_LETTER_SUFFIX,
-                bootstrap,
-                config=kafka_options(config.kafka, KafkaProducer),
+            return LazyDeadLetterSink(
+                lambda: DeadLetterKafka(
+                    config.dead_letter or topic + DEAD_LETTER_SUFFIX,
+                    bootstrap,
+                    config=kafka_options(config.kafka, KafkaProducer),
+                )
             )
         return DeadLetterFile(config.dead_letter or state_dir / DEAD_LETTER_FILE)
 
