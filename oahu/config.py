@@ -92,4 +92,21 @@ def _check_int(cfg: OAHUConfig, field: str, minimum: int) -> None:
 PRESETS: dict[str, OAHUConfig] = {
     # Section 4.3.2 of the paper, as published.
     "paper": OAHUConfig(),
+    # What reaches error <= 0.14 on Fashion-MNIST with the paper's 10,000 constraints, one pass
+    # (benchmarks/README.md has the measurements). With the paper's settings the deep heads,
+    # 100 units wide, collapse each class under ABTL's always-active pull and push; the hedge
+    # then gives them most of α while their kNN error is worst (0.23-0.25 against E0's 0.16).
+    # Changes: inputs centred on the development mean (raw pixels are all non-negative, which
+    # crowds the normalised embeddings into one cap of the sphere); E0 full-width (784) and
+    # orthogonal, so it starts as the cosine metric of the centred inputs; one hidden layer as
+    # wide as the input; η = 0.003 so that ABTL's updates, which never switch off, do not undo
+    # that geometry within one pass. The hedge then weights E0 (α ≈ 0.93).
+    "tuned": OAHUConfig(
+        n_hidden_layers=1,
+        hidden_width=784,
+        embedding_dim=784,
+        init="orthogonal",
+        preprocess="center",
+        learning_rate=0.003,
+    ),
 }
