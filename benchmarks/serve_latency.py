@@ -1,14 +1,25 @@
 """/v1/classify latency while the learner consumes: p50 / p99 at 50 concurrent clients.
 
-Starts ``oahu run`` (a subprocess) on a Fashion-MNIST stream file, so the gallery is the
-stream's 35,000 development items, waits until the first snapshot is published, then runs
-``--clients`` concurrent httpx clients, each sending one-item classify requests (test items)
-back to back for ``--seconds``. The learner keeps consuming the stream meanwhile; the run
-reports how many constraints it learned during the measurement. Client and server share the
-machine's cores.
+Starts ``oahu run`` (a subprocess) on a Fashion-MNIST stream file, so the gallery is the stream's
+35,000 development items, waits until it serves, then measures in phases, each with ``--clients``
+keep-alive connections sending one-item classify requests (test items):
 
-    PYTHONPATH=. python benchmarks/serve_latency.py                  # defaults of the target
-    PYTHONPATH=. python benchmarks/serve_latency.py --clients 50 --seconds 30
+* closed loop: each client sends its next request as soon as the previous one is answered. This
+  measures saturation: the server always has ~``clients`` requests in flight, so by Little's law
+  p50 ≈ clients / throughput, whatever the per-request cost;
+* fixed rate (``--rates``): the clients together offer R requests/s on a fixed schedule (request
+  i is due at i/R, on connection i mod clients). Latency counts from the due time, so a request
+  delayed behind a slow one on its connection is charged for the wait (no coordinated
+  omission). The report names the highest rate whose p99 stays within ``--target-ms``.
+
+The learner keeps consuming the stream through every phase: each phase reports the constraints it
+learned per second, the CPU seconds of the serving process, the learner process and this client,
+and the load average; a phase that ends with the stream exhausted is flagged. Client, server and
+learner share the machine's cores. The client is a minimal asyncio HTTP/1.1 client with the
+request bytes prepared in advance, so that it takes as little CPU from the server as it can.
+
+    python benchmarks/serve_latency.py                                # the issue's setting
+    python benchmarks/serve_latency.py --rates 100 200 300 --seconds 20
 """
 
 from __future__ import annotations
@@ -16,20 +27,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def free_port() -> int:
@@ -38,77 +54,211 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_ready(base: str, proc: subprocess.Popen, timeout: float) -> dict:
+def wait_ready(base: str, proc: subprocess.Popen, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"oahu run exited with {proc.returncode}")
         try:
             if httpx.get(base + "/readyz", timeout=5).status_code == 200:
-                return httpx.get(base + "/v1/model", timeout=5).json()
+                return
         except httpx.HTTPError:
             pass
         time.sleep(0.2)
     raise RuntimeError("the service did not become ready")
 
 
-async def load(base: str, queries: np.ndarray, clients: int, seconds: float) -> dict:
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
-    snapshots: set[int] = set()
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process, all threads (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def learner_pid(pid: int) -> int:
+    """The learner process among the service's children (not multiprocessing's tracker)."""
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return int(child)
+    raise RuntimeError("the service has no learner process")
+
+
+def requests(queries: np.ndarray, host: str) -> list[bytes]:
+    """Complete HTTP/1.1 requests, one per query item, encoded once."""
+    out = []
+    for x in queries:
+        body = json.dumps({"items": [{"x": x.tolist()}]}).encode()
+        head = (
+            f"POST /v1/classify HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
+            f"content-length: {len(body)}\r\n\r\n"
+        )
+        out.append(head.encode() + body)
+    return out
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection answering one request at a time."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> Connection:
+        return cls(*await asyncio.open_connection(host, port))
+
+    async def send(self, raw: bytes) -> tuple[int, bytes]:
+        self.writer.write(raw)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head[9:12])
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.latencies: list[float] = []
+        self.statuses: dict[int, int] = {}
+        self.snapshots: set[int] = set()
+
+    def add(self, latency: float, status: int, body: bytes) -> None:
+        self.latencies.append(latency)
+        self.statuses[status] = self.statuses.get(status, 0) + 1
+        if status == 200:
+            self.snapshots.add(json.loads(body)["model"]["snapshot"])
+
+    def summary(self, seconds: float) -> dict[str, Any]:
+        ms = np.array(self.latencies) * 1000
+        return {
+            "requests": len(ms),
+            "requests_per_s": len(ms) / seconds,
+            "p50_ms": float(np.percentile(ms, 50)),
+            "p90_ms": float(np.percentile(ms, 90)),
+            "p99_ms": float(np.percentile(ms, 99)),
+            "max_ms": float(ms.max()),
+            "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
+            "snapshots_seen": len(self.snapshots),
+        }
+
+
+async def closed_loop(conns: list[Connection], raws: list[bytes], seconds: float) -> Recorder:
+    rec = Recorder()
     stop_at = time.perf_counter() + seconds
 
-    async def client(http: httpx.AsyncClient, seed: int) -> None:
+    async def client(conn: Connection, seed: int) -> None:
         rng = np.random.default_rng(seed)
         while time.perf_counter() < stop_at:
-            body = {"items": [{"x": queries[rng.integers(len(queries))].tolist()}]}
+            raw = raws[rng.integers(len(raws))]
             started = time.perf_counter()
-            response = await http.post("/v1/classify", json=body)
-            latencies.append(time.perf_counter() - started)
-            statuses[response.status_code] = statuses.get(response.status_code, 0) + 1
-            if response.status_code == 200:
-                snapshots.add(response.json()["model"]["snapshot"])
+            status, body = await conn.send(raw)
+            rec.add(time.perf_counter() - started, status, body)
 
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=base, timeout=30, limits=limits) as http:
-        await asyncio.gather(*(client(http, i) for i in range(clients)))
-    ms = np.array(latencies) * 1000
-    return {
-        "requests": len(ms),
-        "requests_per_s": len(ms) / seconds,
-        "p50_ms": float(np.percentile(ms, 50)),
-        "p90_ms": float(np.percentile(ms, 90)),
-        "p99_ms": float(np.percentile(ms, 99)),
-        "max_ms": float(ms.max()),
-        "statuses": {str(k): v for k, v in statuses.items()},
-        "snapshots_seen": len(snapshots),
+    await asyncio.gather(*(client(c, i) for i, c in enumerate(conns)))
+    return rec
+
+
+async def fixed_rate(
+    conns: list[Connection], raws: list[bytes], seconds: float, rate: float
+) -> Recorder:
+    """``rate`` requests/s in all; request i is due at i / rate on connection i mod n."""
+    rec = Recorder()
+    n = len(conns)
+    total = int(seconds * rate)
+    start = time.perf_counter() + 0.05
+
+    async def client(c: int) -> None:
+        rng = np.random.default_rng(c)
+        for i in range(c, total, n):
+            due = start + i / rate
+            wait = due - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            status, body = await conns[c].send(raws[rng.integers(len(raws))])
+            rec.add(time.perf_counter() - due, status, body)
+
+    await asyncio.gather(*(client(c) for c in range(n)))
+    return rec
+
+
+def phase(
+    name: str,
+    run: Callable[[], Recorder],
+    offered: float | None,
+    base: str,
+    server_pid: int,
+) -> dict[str, Any]:
+    """Run one load phase; add the learner's rate and everyone's CPU use during it."""
+    learner = learner_pid(server_pid)
+    before = httpx.get(base + "/v1/model", timeout=10).json()
+    cpu0 = (cpu_seconds(server_pid), cpu_seconds(learner), resource.getrusage(0))
+    load = os.getloadavg()[0]
+    started = time.perf_counter()
+    rec = run()
+    elapsed = time.perf_counter() - started
+    cpu1 = (cpu_seconds(server_pid), cpu_seconds(learner), resource.getrusage(0))
+    after = httpx.get(base + "/v1/model", timeout=10).json()
+    learned = after["constraints_consumed"] - before["constraints_consumed"]
+    client_cpu = sum(getattr(cpu1[2], f) - getattr(cpu0[2], f) for f in ("ru_utime", "ru_stime"))
+    result = {
+        "phase": name,
+        "offered_per_s": offered,
+        **rec.summary(elapsed),
+        "learner_constraints_per_s": learned / elapsed,
+        "stream_left_after": sum(after["lag"].values()),
+        "cpu_cores": {
+            "serving_process": (cpu1[0] - cpu0[0]) / elapsed,
+            "learner_process": (cpu1[1] - cpu0[1]) / elapsed,
+            "client": client_cpu / elapsed,
+        },
+        "load_average_1m_before": load,
     }
+    if result["stream_left_after"] == 0:
+        result["warning"] = "the stream ran out during this phase: use a longer --constraints"
+    print(json.dumps(result), flush=True)
+    return result
 
 
-def server_side(base: str) -> tuple[float, float]:
-    """(count, summed seconds) of 200-answered /v1/classify requests, from /metrics."""
-    count = total = 0.0
-    prefix = (
-        "oahu_http_request_duration_seconds_{}"
-        '{{endpoint="/v1/classify",method="POST",status="200"}}'
-    )
-    for line in httpx.get(base + "/metrics", timeout=5).text.splitlines():
-        if line.startswith(prefix.format("count")):
-            count = float(line.split()[-1])
-        elif line.startswith(prefix.format("sum")):
-            total = float(line.split()[-1])
-    return count, total
+async def open_all(host: str, port: int, n: int) -> list[Connection]:
+    return list(await asyncio.gather(*(Connection.open(host, port) for _ in range(n))))
+
+
+def measure(args: argparse.Namespace, base: str, port: int, server_pid: int, raws: list[bytes]):
+    import uvloop
+
+    phases = []
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        conns = runner.run(open_all("127.0.0.1", port, args.clients))
+
+        def closed(seconds: float) -> Callable[[], Recorder]:
+            return lambda: runner.run(closed_loop(conns, raws, seconds))
+
+        phase("warm-up", closed(args.warmup), None, base, server_pid)
+        phases.append(phase("closed-loop", closed(args.seconds), None, base, server_pid))
+        for rate in args.rates:
+            run = lambda r=rate: runner.run(fixed_rate(conns, raws, args.seconds, r))  # noqa: E731
+            phases.append(phase(f"fixed-rate {rate:g}/s", run, rate, base, server_pid))
+        for conn in conns:
+            conn.close()
+    return phases
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="fashion-mnist")
-    parser.add_argument("--constraints", type=int, default=50_000, help="stream length")
+    parser.add_argument("--constraints", type=int, default=600_000, help="stream length")
     parser.add_argument("--clients", type=int, default=50)
-    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--seconds", type=float, default=20.0, help="per phase")
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--rates", type=float, nargs="*", default=[100, 200, 300, 400, 500])
+    parser.add_argument("--target-ms", type=float, default=50.0, help="p99 objective")
     parser.add_argument("--learner", default="oahu")
-    parser.add_argument("--reindex-interval", type=float, default=5.0)
     parser.add_argument("--index", choices=("exact", "ivf"), default="exact")
+    parser.add_argument("--server-arg", action="append", default=[], help="extra oahu run flag")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS / "serve_latency.json")
     args = parser.parse_args()
@@ -116,45 +266,43 @@ def main() -> None:
     from streams.stream_file import build_stream
 
     stream = build_stream(args.dataset, args.constraints, seed=args.seed)
+    port = free_port()
+    raws = requests(stream.X[stream.test_idx[:1000]], f"127.0.0.1:{port}")
     with tempfile.TemporaryDirectory(prefix="oahu-serve-bench-") as tmp:
         stream_file = Path(tmp) / "stream.npz"
         stream.save(stream_file)
-        port = free_port()
         base = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "oahu.cli.main", "run", "--source", stream_file.as_uri(),
                "--checkpoint-dir", str(Path(tmp) / "state"), "--http", f"127.0.0.1:{port}",
-               "--learner", args.learner, "--reindex-interval", str(args.reindex_interval),
-               "--index", args.index, "--log-level", "warning"]  # fmt: skip
+               "--learner", args.learner, "--index", args.index, "--log-level", "warning",
+               *[a for flag in args.server_arg for a in flag.split(maxsplit=1)]]  # fmt: skip
         proc = subprocess.Popen(cmd, cwd=REPO, env={"PYTHONPATH": str(REPO)})
         try:
             wait_ready(base, proc, timeout=300)
-            before = httpx.get(base + "/v1/model", timeout=5).json()
-            count0, sum0 = server_side(base)
-            result = asyncio.run(load(base, stream.X[stream.test_idx], args.clients, args.seconds))
-            count1, sum1 = server_side(base)
-            after = httpx.get(base + "/v1/model", timeout=5).json()
+            model = httpx.get(base + "/v1/model", timeout=10).json()
+            phases = measure(args, base, port, proc.pid, raws)
         finally:
             proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=120)
-    learned = after["constraints_consumed"] - before["constraints_consumed"]
+            exit_code = proc.wait(timeout=120)
+    passing = [p["offered_per_s"] for p in phases[1:] if p["p99_ms"] <= args.target_ms]
     report = {
         "benchmark": "serve_latency",
         "command": " ".join(["python", "benchmarks/serve_latency.py", *sys.argv[1:]]),
         "dataset": args.dataset,
-        "gallery_items": (after["snapshot"] or {}).get("gallery_items"),
+        "gallery_items": (model["snapshot"] or {}).get("gallery_items"),
         "learner": args.learner,
-        "clients": args.clients,
-        "seconds": args.seconds,
-        **result,
-        "server_mean_ms": 1000 * (sum1 - sum0) / max(count1 - count0, 1),
         "index": args.index,
-        "constraints_learned_during_load": learned,
-        "learner_rate_during_load_per_s": learned / args.seconds,
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
+        "clients": args.clients,
+        "seconds_per_phase": args.seconds,
+        "target_p99_ms": args.target_ms,
+        "highest_offered_rate_meeting_target_per_s": max(passing, default=None),
+        "phases": phases,
+        "service_exit_code": exit_code,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
+    print(json.dumps({k: v for k, v in report.items() if k != "phases"}, indent=2))
 
 
 if __name__ == "__main__":

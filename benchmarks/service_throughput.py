@@ -1,7 +1,8 @@
 """End-to-end service rate beside the learner's own rate: the gap is the service's overhead.
 
 1. learner alone: ``learn_triplets`` over the stream's feature arrays in one call;
-2. the service (in-process, HTTP idle) consuming the same stream from a file source;
+2. the service (HTTP idle; the learn loop runs in its learner process) consuming the same stream
+   from a file source;
 3. the service consuming it from Kafka (binary messages, items by id), unless ``--no-kafka``.
 
 Each service rate is measured from the first learned run to the last record (start-up and the
@@ -49,13 +50,13 @@ def learner_rate(stream: ConstraintStream, learner: str) -> tuple[float, dict]:
 def service_rate(config: ServiceConfig, n: int) -> tuple[float, dict]:
     service = Service(config)
     service.start()
-    while (first := service.loop.status["constraints_consumed"]) == 0:
+    while (first := service.status["constraints_consumed"]) == 0:
         time.sleep(0.001)
     started = time.perf_counter()
-    while service.loop.status["constraints_consumed"] < n:
+    while service.status["constraints_consumed"] < n:
         time.sleep(0.005)
     seconds = time.perf_counter() - started
-    summary = dict(service.loop.status)
+    summary = dict(service.status)
     service.shutdown()
     return (n - first) / seconds, summary
 

@@ -117,22 +117,21 @@ class OAHU(Learner):
         rows = block.transpose(0, 1).reshape(3 * n_triplets, self.n_features)
         cache = self.network.forward(rows)
         f = cache.embeddings.view(self.n_depths, 3, n_triplets, -1)
-        diff_pos = f[:, 0] - f[:, 1]
-        diff_neg = f[:, 0] - f[:, 2]
-        d_pos = diff_pos.norm(dim=-1)  # (L+1, B), pre-update distances D_orig
-        d_neg = diff_neg.norm(dim=-1)
-        loss, g_pos, g_neg = abtl_with_gradients(d_pos, d_neg, self.config.tau)
+        # Both sides at once: [anchor − positive, anchor − negative], (L+1, 2, B, E).
+        diffs = f[:, :1] - f[:, 1:]
+        dists = torch.linalg.vector_norm(diffs, dim=-1)  # pre-update distances D_orig
+        loss, g_pos, g_neg = abtl_with_gradients(dists[:, 0], dists[:, 1], self.config.tau)
         # An overflowing norm turns an embedding into a silent zero vector rather than a NaN, so
         # it is checked with the loss: either one makes the triplet unlearnable.
         norms = cache.norms.view(self.n_depths, 3, n_triplets).sum(dim=(0, 1))
         finite = torch.isfinite(loss.sum(0) + norms)
         if not bool(finite.all()):
             return self._step_finite_only(block, finite)
-        # ∂(mean_b Σ_l α(l) L(l)_b)/∂D, then ∂D/∂f = unit difference vectors.
-        scale = (self._alpha / n_triplets).unsqueeze(1)
-        coef_pos = (scale * g_pos / d_pos.clamp_min(_DIST_EPS)).unsqueeze(-1) * diff_pos
-        coef_neg = (scale * g_neg / d_neg.clamp_min(_DIST_EPS)).unsqueeze(-1) * diff_neg
-        grad = torch.stack([coef_pos + coef_neg, -coef_pos, -coef_neg], dim=1)
+        # ∂(mean_b Σ_l α(l) L(l)_b)/∂D, times ∂D/∂f: the unit difference vectors.
+        scale = (self._alpha / n_triplets).view(-1, 1, 1)
+        coef = scale * torch.stack([g_pos, g_neg], dim=1) / dists.clamp_min(_DIST_EPS)
+        towards = coef.unsqueeze(-1) * diffs  # gradient on the anchor from each side
+        grad = torch.cat([towards.sum(dim=1, keepdim=True), towards.neg()], dim=1)
         self.network.step(cache, grad.view_as(cache.embeddings), self.config.learning_rate)
         self.last_losses = loss.mean(dim=1)
         self._alpha = hedge_update(

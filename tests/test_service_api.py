@@ -37,7 +37,7 @@ def start_service(stream_file: Path, state: Path, **changes: object) -> Service:
     )
     service = Service(config)
     service.start()
-    wait_until(lambda: service.loop.status["constraints_consumed"] == N, 60, "the stream")
+    wait_until(lambda: service.status["constraints_consumed"] == N, 60, "the stream")
     wait_until(
         lambda: service.publisher.current and service.publisher.current.updates == N,
         30,
@@ -177,7 +177,7 @@ def test_write_endpoints_need_the_token_and_items_survive_a_restart(stream_file,
     service.shutdown()
     restarted = Service(ServiceConfig(source=stream_file.as_uri(), checkpoint_dir=str(tmp_path)))
     assert "new-1" in restarted.catalog.gallery and restarted.catalog.version == 1
-    assert restarted.loop.progress.consumed == N  # resumes after the stream, learns nothing twice
+    assert restarted.status["constraints_consumed"] == N  # resumes after the stream, learns nothing twice
     learner, progress = read_checkpoint(checkpoint_path(tmp_path))
     assert progress.items_version == 1 and learner.updates == N
 

@@ -9,18 +9,20 @@ from pathlib import Path
 import yaml
 
 from oahu.service.config import ServiceConfig, read_env
-from oahu.service.metrics import ServiceMetrics
+from oahu.service.metrics import LearningMetrics, ServiceMetrics
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def exposed_metric_names() -> set[str]:
-    metrics = ServiceMetrics()
+    """What the serving process's /metrics shows: its own and the learner process's metrics."""
+    learning, metrics = LearningMetrics(), ServiceMetrics()
     # labelled families show samples once they have a child
-    metrics.lag.labels(partition="0").set(0)
-    metrics.dead_letters.labels(reason="undecodable").inc()
-    metrics.skipped.labels(reason="degenerate").inc()
+    learning.lag.labels(partition="0").set(0)
+    learning.dead_letters.labels(reason="undecodable").inc()
+    learning.skipped.labels(reason="degenerate").inc()
     metrics.request_seconds.labels(endpoint="/v1/classify", method="POST", status="200").observe(1)
+    metrics.forward(learning.families())
     names = set()
     for family in metrics.registry.collect():
         names.update(sample.name for sample in family.samples)

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from service_support import REPO, assert_same_model, free_port, make_stream, train_reference
+from service_support import (
+    REPO,
+    assert_same_model,
+    free_port,
+    make_stream,
+    train_reference,
+    wait_until,
+)
 
 from connectors.dead_letter import read_dead_letters
 from oahu.cli.produce import encode_stream
@@ -20,16 +27,22 @@ from streams.stream_file import ConstraintStream
 
 
 def run_to_end(source: Path, state: Path, **changes: object) -> Service:
-    """An in-process service over a whole file (``exit_at_end``), shut down cleanly."""
+    """A service over a whole file (``exit_at_end``), shut down cleanly once it serves the
+    final model."""
     service = Service(
         ServiceConfig(
             source=source.as_uri(), checkpoint_dir=str(state), exit_at_end=True, **changes
         )
     )
     service.start()
-    assert service.loop.finished.wait(120)
+    assert service.finished.wait(120)
+    assert service.learner_error is None
+    wait_until(
+        lambda: service.publisher.current.updates == service.status["updates"],
+        30,
+        "the final snapshot",
+    )
     service.shutdown()
-    assert service.trainer_error is None
     return service
 
 
@@ -41,16 +54,16 @@ def test_every_learner_runs_as_the_service(learner: str, tmp_path: Path):
     assert progress.offsets == {0: 150} and progress.consumed == 150
     reference = train_reference(ConstraintStream.load(stream_file), learner)
     assert_same_model(saved, reference)
-    assert_same_model(service.learner, reference)
+    assert_same_model(service.publisher.current.learner, reference)  # served: the final model
 
 
 def test_pair_streams_train_pair_learners_and_dead_letter_for_triplet_only_ones(tmp_path):
     stream_file = make_stream(tmp_path, 120, seed=2, kind="pair")
     stream = ConstraintStream.load(stream_file)
     rdml = run_to_end(stream_file, tmp_path / "rdml", learner="rdml")
-    assert_same_model(rdml.learner, train_reference(stream, "rdml"))
+    assert_same_model(rdml.publisher.current.learner, train_reference(stream, "rdml"))
     oasis = run_to_end(stream_file, tmp_path / "oasis", learner="oasis")
-    assert oasis.learner.constraints_seen == 0
+    assert oasis.status["constraints_seen"] == 0
     letters = read_dead_letters(tmp_path / "oasis" / "dead-letters.jsonl")
     assert [letter.offset for letter in letters] == list(range(120))
     assert {letter.reason for letter in letters} == {"unsupported_kind"}
@@ -81,9 +94,10 @@ def test_bad_lines_of_a_message_file_go_to_the_dead_letter_file(tmp_path: Path):
         (30, "bad_dimension", bad[30]),
         (41, "unknown_item", bad[41]),
     }
-    assert service.loop.progress.consumed == 64
-    assert_same_model(service.learner, train_reference(stream))  # the 60 good ones, in order
-    assert service.loop.status["dead_letters"] == {
+    assert service.status["constraints_consumed"] == 64
+    # the 60 good ones, in order
+    assert_same_model(service.publisher.current.learner, train_reference(stream))
+    assert service.status["dead_letters"] == {
         "unknown_version": 1,
         "undecodable": 1,
         "bad_dimension": 1,
@@ -95,7 +109,7 @@ def test_restart_after_the_end_learns_nothing_twice(tmp_path: Path):
     stream_file = make_stream(tmp_path, 100, seed=4)
     run_to_end(stream_file, tmp_path / "state", checkpoint_every=30)
     again = run_to_end(stream_file, tmp_path / "state")
-    assert again.learner.updates == 100 and again.loop.progress.consumed == 100
+    assert again.status["updates"] == 100 and again.status["constraints_consumed"] == 100
 
 
 def test_the_embedded_default_command(tmp_path: Path):

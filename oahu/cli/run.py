@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import logging
 
-from oahu.service.config import add_arguments, resolve_config
+from oahu.service.config import add_arguments, configure_logging, resolve_config
 
 EPILOG = """\
 examples:
@@ -33,12 +32,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(args)
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    if config.log_level != "debug":  # kafka-python narrates every connection at INFO
-        logging.getLogger("kafka").setLevel(logging.WARNING)
+    configure_logging(config.log_level)
     from oahu.service.app import Service  # heavy imports only when actually running
 
     return Service(config).run()

@@ -107,6 +107,7 @@ class ServiceView:
     status: Callable[[], dict[str, Any]]  # model and stream status (/v1/model)
     readiness: Callable[[], dict[str, bool]]  # named checks, all True when ready
     healthy: Callable[[], bool]
+    items_synced: Callable[[int], None]  # wait until the learner can resolve this item version
 
 
 def create_app(view: ServiceView) -> FastAPI:
@@ -224,9 +225,10 @@ def create_app(view: ServiceView) -> FastAPI:
         if bad.any():
             raise invalid(("items", int(np.argmax(bad)), "x"), "NaN or infinite value")
         labels = [MISSING_LABEL if item.label is None else item.label for item in body.items]
-        view.catalog.add(ids, x, np.array(labels, dtype=np.int64), gallery=body.gallery)
+        version = view.catalog.add(ids, x, np.array(labels, dtype=np.int64), gallery=body.gallery)
         view.publisher.gallery_changed()
-        return {"added": len(ids), "items_version": view.catalog.version}
+        view.items_synced(version)  # constraints sent after this answer may name the new ids
+        return {"added": len(ids), "items_version": version}
 
     @app.delete(
         "/v1/items",
@@ -235,11 +237,12 @@ def create_app(view: ServiceView) -> FastAPI:
     )
     def remove_items(body: RemoveItems) -> dict[str, Any]:
         try:
-            removed = view.catalog.remove([str(i) for i in body.ids])
+            removed, version = view.catalog.remove([str(i) for i in body.ids])
         except DecodeError as exc:
             raise HTTPException(404, exc.detail) from None
         view.publisher.gallery_changed()
-        return {"removed": removed, "items_version": view.catalog.version}
+        view.items_synced(version)
+        return {"removed": removed, "items_version": version}
 
     @app.get("/v1/model", summary="Learner, hedge weights, counters, stream and checkpoint")
     def model() -> dict[str, Any]:

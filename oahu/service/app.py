@@ -1,8 +1,10 @@
-"""Wiring and running the service: source, items, learner, checkpoint, threads, HTTP server.
+"""Wiring and running the service: the serving process and its learner process.
 
-Threads: the learner (``ConsumerLoop.run``), the snapshot builder, the query worker and the
-uvicorn server; the main thread waits and turns SIGTERM/SIGINT into a clean stop (finish the
-current run of updates, checkpoint, commit, exit 0).
+The serving process holds the item store and gallery (``Catalog``), the published snapshots, the
+query worker and the uvicorn server; the learn loop runs in a child process
+(:mod:`oahu.service.learner_process`) that sends it learner states and status reports. The main
+thread waits and turns SIGTERM/SIGINT into a clean stop: the learner finishes the current run of
+updates, checkpoints, commits and exits, then the service exits 0.
 """
 
 from __future__ import annotations
@@ -12,23 +14,21 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from connectors.dead_letter import DeadLetter, DeadLetterFile, DeadLetterKafka, DeadLetterSink
-from connectors.file_source import FileSource
 from connectors.items import ItemStore
-from connectors.kafka_source import Backoff
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.service.api import ServiceView, create_app
 from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
-from oahu.service.consumer import ConsumerLoop
+from oahu.service.consumer import model_status
+from oahu.service.learner_process import LearnerProcess, state_bytes
+from oahu.service.learning import OVERLAY_FILE, check_kafka_options, learner_main
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.native_threads import use_native_threads
 from oahu.service.queries import QueryEngine
@@ -36,10 +36,8 @@ from oahu.service.snapshot import SnapshotPublisher
 
 log = logging.getLogger("oahu.service")
 
-OVERLAY_FILE = "items-api.npz"
-DEAD_LETTER_FILE = "dead-letters.jsonl"
-DEAD_LETTER_SUFFIX = ".dead-letter"
 SWITCH_INTERVAL_SECONDS = 0.0002
+ITEM_SYNC_TIMEOUT_SECONDS = 30.0
 
 
 def default_stream(config: ServiceConfig) -> Path:
@@ -73,48 +71,29 @@ def load_items(path: str | Path, dev_only: bool = False) -> ItemStore:
     return store
 
 
-class LazyDeadLetterSink(DeadLetterSink):
-    """Creates its sink on first use, retrying with backoff: a Kafka producer cannot be built
-    while the broker is down, and the service must start (not ready) rather than crash-loop.
-    Letters only arise from records just fetched, so the broker is normally up by then."""
-
-    def __init__(self, factory: Callable[[], DeadLetterSink]) -> None:
-        super().__init__()
-        self._factory = factory
-        self._sink: DeadLetterSink | None = None
-
-    def _deliver(self, letter: DeadLetter) -> None:
-        backoff = Backoff()
-        while self._sink is None:
-            try:
-                self._sink = self._factory()
-            except Exception as exc:  # the producer's connection errors vary by version
-                delay = backoff.fail()
-                log.warning("dead-letter sink unavailable (%r); retrying in %.1fs", exc, delay)
-                time.sleep(delay)
-        self._sink.write(letter)
-
-    def flush(self) -> None:
-        if self._sink is not None:
-            self._sink.flush()
-
-    def close(self) -> None:
-        if self._sink is not None:
-            self._sink.close()
-
-
-def kafka_options(options: dict[str, Any], client: type) -> dict[str, Any]:
-    """The settings among ``options`` that ``client`` (KafkaConsumer or KafkaProducer) takes."""
-    return {k: v for k, v in options.items() if k in client.DEFAULT_CONFIG}
+def add_stream_items(items: ItemStore, path: Path) -> None:
+    """Add the items of a stream file (ids: item indices) to ``items``, as the learner process's
+    file source does, so queries can name them; a file of messages has none."""
+    try:
+        stream_items = ItemStore.load(path)
+    except ValueError:  # not a stream file: one message per line
+        return
+    ids, X, y = stream_items.snapshot()
+    if ids:
+        items.add(ids, X, y)
 
 
 class Service:
-    """A configured, not yet started service; ``run()`` serves until stopped."""
+    """A configured, not yet started service; ``run()`` serves until stopped.
+
+    ``status`` is the learner's latest report (what /v1/model shows), ``finished`` is set once
+    the learner process has exited and ``learner_error`` says why when it failed.
+    """
 
     def __init__(self, config: ServiceConfig) -> None:
-        # The learner, the query worker and the event loop share one GIL, and every torch or
-        # faiss call gives it up and must win it back: with the default 5 ms switch interval a
-        # query that makes ~30 such calls waits ~150 ms behind the learner (convoy effect).
+        # The query worker and the event loop share one GIL, and every torch or faiss call gives
+        # it up and must win it back: with the default 5 ms switch interval a query that makes
+        # ~30 such calls can wait ~150 ms behind the snapshot builder (convoy effect).
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
         use_native_threads(1)  # this thread embeds the gallery at start-up
         self.config = config
@@ -126,13 +105,14 @@ class Service:
             stale.unlink(missing_ok=True)
         if config.source is None:
             config = self.config = config.replace(source=default_stream(config).as_uri())
+        if config.is_kafka:
+            check_kafka_options(config)
         items = ItemStore.load(config.items) if config.items else ItemStore()
-        self.source: Any = None
         if not config.is_kafka:
-            self.source = FileSource(config.file_path(), items=items)
+            add_stream_items(items, config.file_path())
         gallery_file = config.gallery or (None if config.is_kafka else str(config.file_path()))
         gallery = load_items(gallery_file, dev_only=True) if gallery_file else ItemStore()
-        self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
+        self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE, self._forward_items)
         self.learner, progress = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
         self.publisher = SnapshotPublisher(
@@ -143,27 +123,17 @@ class Service:
             config.index,
             config.ivf_nprobe,
         )
-        self.loop = ConsumerLoop(
-            self.learner,
-            None,
-            self.catalog,
-            self._dead_letter_sink(state_dir),
-            self.publisher,
-            self.metrics,
-            checkpoint_path(state_dir),
-            progress,
-            checkpoint_every=config.checkpoint_every,
-            checkpoint_interval=config.checkpoint_interval,
-            poll_records=config.poll_records,
-            poll_timeout=config.poll_timeout,
-            exit_at_end=config.exit_at_end,
+        self.learning = LearnerProcess(
+            learner_main,
+            (config, state_bytes(self.learner), progress.to_extra()),
+            {
+                **model_status(self.learner, progress, progress, checkpoint_path(state_dir)),
+                "source_ready": False,
+            },
+            self.publisher.submit,
+            self.metrics.forward,
         )
-        if config.is_kafka:
-            self.source = self._kafka_source()
-        self.loop.source = self.source
         self.engine = QueryEngine(self.publisher, max_batch_rows=max(config.max_batch_items, 1))
-        self.trainer_error: BaseException | None = None
-        self._trainer = threading.Thread(target=self._train, name="oahu-learner", daemon=True)
         self.app = create_app(self._view())
 
     # ------------------------------------------------------------------ construction
@@ -186,43 +156,6 @@ class Service:
             )
         return make_learner(config.learner, n_features, **config.learner_params), Progress()
 
-    def _dead_letter_sink(self, state_dir: Path) -> DeadLetterSink:
-        config = self.config
-        if config.is_kafka:
-            from kafka import KafkaProducer
-
-            bootstrap, topic, _ = config.kafka_target()
-            return LazyDeadLetterSink(
-                lambda: DeadLetterKafka(
-                    config.dead_letter or topic + DEAD_LETTER_SUFFIX,
-                    bootstrap,
-                    config=kafka_options(config.kafka, KafkaProducer),
-                )
-            )
-        return DeadLetterFile(config.dead_letter or state_dir / DEAD_LETTER_FILE)
-
-    def _kafka_source(self) -> Any:
-        from kafka import KafkaConsumer, KafkaProducer
-
-        from connectors.kafka_source import KafkaSource
-
-        unknown = (
-            set(self.config.kafka)
-            - set(KafkaConsumer.DEFAULT_CONFIG)
-            - set(KafkaProducer.DEFAULT_CONFIG)
-        )
-        if unknown:
-            raise ValueError(f"kafka: unknown kafka-python setting(s) {sorted(unknown)}")
-        bootstrap, topic, group = self.config.kafka_target()
-        return KafkaSource(
-            topic,
-            group,
-            bootstrap,
-            config=kafka_options(self.config.kafka, KafkaConsumer),
-            on_assign=self.loop.on_assign,
-            on_revoke=self.loop.on_revoke,
-        )
-
     def _view(self) -> ServiceView:
         config = self.config
         return ServiceView(
@@ -235,42 +168,55 @@ class Service:
             max_batch_items=config.max_batch_items,
             max_request_bytes=config.max_request_bytes,
             auth_token=config.auth_token,
-            status=lambda: {**self.loop.status, "source": config.source},
+            status=lambda: {**self.status, "source": config.source},
             readiness=self.readiness,
-            healthy=lambda: self.trainer_error is None,
+            healthy=lambda: self.learner_error is None,
+            items_synced=self._items_synced,
         )
 
-    # ------------------------------------------------------------------ running
+    def _forward_items(self, change: Any) -> None:
+        # called by the catalog under its lock, before the first request can be served only
+        # if the learner is not running yet (it then reads the overlay file)
+        if hasattr(self, "learning"):
+            self.learning.forward(change)
+
+    def _items_synced(self, version: int) -> None:
+        if not self.learning.wait_items(version, ITEM_SYNC_TIMEOUT_SECONDS) and self.learning.alive:
+            log.warning("the learner has not applied item change %d yet", version)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def status(self) -> dict[str, Any]:
+        return self.learning.status
+
+    @property
+    def finished(self) -> threading.Event:
+        return self.learning.finished
+
+    @property
+    def learner_error(self) -> str | None:
+        return self.learning.error
+
     def readiness(self) -> dict[str, bool]:
         return {
-            "source": bool(self.source is not None and self.source.ready),
+            "source": bool(self.status.get("source_ready")),
             "snapshot": self.publisher.current is not None,
-            "learner": self._trainer.is_alive(),
+            "learner": self.learning.alive,
         }
 
-    def _train(self) -> None:
-        use_native_threads(self.config.threads)
-        try:
-            self.loop.run(self.stop_event)
-        except BaseException as exc:  # reported by /healthz and the exit code
-            self.trainer_error = exc
-            log.exception("the learner thread failed")
-
+    # ------------------------------------------------------------------ running
     def start(self) -> None:
-        """Start the snapshot builder, the query worker and the learner (not the HTTP server)."""
+        """Start the snapshot builder, the query worker and the learner process (not the HTTP
+        server). Call it from the main thread."""
         self.publisher.start()
         self.publisher.offer(self.learner, force=True)
         self.engine.start()
-        self._trainer.start()
+        self.learning.start()
 
     def shutdown(self) -> None:
         """Stop learning (final checkpoint and commit), then the background threads."""
         self.stop_event.set()
-        if self._trainer.is_alive():
-            self._trainer.join()
-        if self.source is not None:
-            self.source.close()
-        self.loop.dead_letters.close()
+        self.learning.stop()
         self.engine.stop()
         self.publisher.stop()
 
@@ -293,22 +239,22 @@ class Service:
                 lifespan="off",
             )
         )
+        self.start()
         http = threading.Thread(target=server.run, name="oahu-http", daemon=True)
         http.start()
         while not server.started and http.is_alive():
             time.sleep(0.05)
         if not http.is_alive():
             log.error("the HTTP server did not start on %s", self.config.http)
-            self.stop_event.set()
+            self.shutdown()
             return 1
         self._announce(host, server)
-        self.start()
-        while self._trainer.is_alive():
-            self._trainer.join(timeout=0.2)
+        while not (self.stop_event.is_set() or self.finished.is_set()):
+            self.stop_event.wait(0.2)
         self.shutdown()
         server.should_exit = True
         http.join(timeout=10)
-        return 0 if self.trainer_error is None else 1
+        return 0 if self.learner_error is None else 1
 
     def _announce(self, host: str, server: Any) -> None:
         port = server.servers[0].sockets[0].getsockname()[1] if server.servers else 0

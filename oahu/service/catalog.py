@@ -5,12 +5,18 @@ Base items come from files at start-up (``--items``, ``--gallery``, the stream f
 through ``POST/DELETE /v1/items`` are recorded in an overlay that is written atomically (temp
 file, fsync, rename) before the request is answered, and re-applied on start. ``version`` counts
 those changes; checkpoints record it.
+
+The learner process keeps a replica (the consumer resolves item ids against it): the serving
+process's catalog hands every change, numbered by the version it produced, to ``on_change``, and
+the replica ``apply``s them in order.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,26 +27,48 @@ from connectors.items import ItemStore, as_ids
 from streams.atomic import atomic_open
 
 
+@dataclass(frozen=True)
+class ItemChange:
+    """One change to the items: ``X`` (and labels ``y``) to add, or None to remove ``ids``;
+    ``version`` is the catalog version it produced."""
+
+    version: int
+    ids: list[str]
+    X: np.ndarray | None = None
+    y: np.ndarray | None = None
+    gallery: bool = False
+
+
 class Catalog:
     """Item store and gallery with a durable overlay of API changes.
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "items-api.npz"
     >>> cat = Catalog(ItemStore(dim=2), ItemStore(dim=2), path)
-    >>> cat.add(["a", "b"], [[1, 0], [0, 1]], [0, 1], gallery=True)
-    >>> cat.remove(["a"])  # how many were known
+    >>> cat.add(["a", "b"], [[1, 0], [0, 1]], [0, 1], gallery=True)  # the new version
     1
+    >>> cat.remove(["a"])  # how many were known, the new version
+    (1, 2)
     >>> again = Catalog(ItemStore(dim=2), ItemStore(dim=2), path)
     >>> again.version, len(again.items), again.gallery.get(["b"]).tolist()
     (2, 1, [[0.0, 1.0]])
+    >>> replica = Catalog(ItemStore(dim=2), ItemStore(dim=2), path.with_name("none.npz"))
+    >>> replica.apply(ItemChange(1, ["c"], np.ones((1, 2), np.float32), np.array([5])))
+    >>> replica.version, replica.items.get(["c"]).tolist()
+    (1, [[1.0, 1.0]])
     """
 
     def __init__(
-        self, items: ItemStore, gallery: ItemStore, overlay_path: str | os.PathLike[str]
+        self,
+        items: ItemStore,
+        gallery: ItemStore,
+        overlay_path: str | os.PathLike[str],
+        on_change: Callable[[ItemChange], None] | None = None,
     ) -> None:
         self.items = items
         self.gallery = gallery
         self.overlay_path = Path(overlay_path)
+        self.on_change = on_change  # called in version order, under the lock
         self._lock = threading.Lock()
         self._added: dict[str, tuple[np.ndarray, int, bool]] = {}
         self._removed: set[str] = set()
@@ -53,8 +81,9 @@ class Catalog:
         return self.items.dim or self.gallery.dim
 
     # ------------------------------------------------------------------ changes
-    def add(self, ids: Any, X: Any, y: Any = None, gallery: bool = False) -> None:
-        """Add (or replace) items in the store and, with ``gallery``, in the gallery too.
+    def add(self, ids: Any, X: Any, y: Any = None, gallery: bool = False) -> int:
+        """Add (or replace) items in the store and, with ``gallery``, in the gallery too;
+        returns the version this change produced.
 
         Gallery items need labels. Raises ``DecodeError`` for bad features, ``ValueError`` for
         bad ids or labels; nothing changes on error.
@@ -68,35 +97,62 @@ class Catalog:
             raise ValueError("label: gallery items need a label")
         with self._lock:
             self._check_dim(X, len(keys))
-            self.items.add(keys, X, labels)
-            if gallery:
-                self.gallery.add(keys, X, labels)
-            for key, row, label in zip(keys, X, labels.tolist(), strict=True):
-                self._added[key] = (row, int(label), gallery)
-                self._removed.discard(key)
+            self._add(keys, X, labels, gallery)
             self._commit()
+            self._changed(ItemChange(self.version, keys, X, labels, gallery))
+            return self.version
 
-    def remove(self, ids: Any) -> int:
-        """Remove items from the store and the gallery; returns how many were known.
+    def _add(self, keys: list[str], X: np.ndarray, labels: np.ndarray, gallery: bool) -> None:
+        self.items.add(keys, X, labels)
+        if gallery:
+            self.gallery.add(keys, X, labels)
+        for key, row, label in zip(keys, X, labels.tolist(), strict=True):
+            self._added[key] = (row, int(label), gallery)
+            self._removed.discard(key)
+
+    def remove(self, ids: Any) -> tuple[int, int]:
+        """Remove items from the store and the gallery; returns how many were known and the
+        version this change produced.
 
         Raises ``DecodeError("unknown_item")`` when none of them is known.
         """
         keys = as_ids(ids)
         with self._lock:
-            in_items = [k for k in keys if k in self.items]
-            in_gallery = [k for k in keys if k in self.gallery]
-            known = set(in_items) | set(in_gallery)
+            known = self._remove(keys)
             if not known:
                 raise DecodeError("unknown_item", f"none of the ids is known, e.g. {keys[0]!r}")
-            if in_items:
-                self.items.remove(in_items)
-            if in_gallery:
-                self.gallery.remove(in_gallery)
-            for key in known:
-                self._added.pop(key, None)
-                self._removed.add(key)
             self._commit()
-            return len(known)
+            self._changed(ItemChange(self.version, keys))
+            return known, self.version
+
+    def _remove(self, keys: list[str]) -> int:
+        in_items = [k for k in keys if k in self.items]
+        in_gallery = [k for k in keys if k in self.gallery]
+        known = set(in_items) | set(in_gallery)
+        if in_items:
+            self.items.remove(in_items)
+        if in_gallery:
+            self.gallery.remove(in_gallery)
+        for key in known:
+            self._added.pop(key, None)
+            self._removed.add(key)
+        return len(known)
+
+    def _changed(self, change: ItemChange) -> None:
+        if self.on_change is not None:
+            self.on_change(change)
+
+    def apply(self, change: ItemChange) -> None:
+        """Replay a change made by the owning catalog, without writing the overlay (the owner
+        did). Changes this replica already holds (restored from the overlay) are skipped."""
+        with self._lock:
+            if change.version <= self.version:
+                return
+            if change.X is None:
+                self._remove(change.ids)
+            else:
+                self._add(change.ids, change.X, change.y, change.gallery)
+            self.version = change.version
 
     def _check_dim(self, X: np.ndarray, n: int) -> None:
         dim = self.dim

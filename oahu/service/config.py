@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import logging
 import os
 import tomllib
 import types
@@ -322,3 +323,13 @@ def resolve_config(
         else:
             values[name] = _coerce(name, value)
     return ServiceConfig(**values)
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr at ``level`` (both service processes call it)."""
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
+    )
+    if level != "debug":  # kafka-python narrates every connection at INFO
+        logging.getLogger("kafka").setLevel(logging.WARNING)

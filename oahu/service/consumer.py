@@ -1,8 +1,10 @@
 """The learn loop: poll records, decode, resolve, learn, dead-letter the rest, checkpoint.
 
-One thread runs :meth:`ConsumerLoop.run` and owns the learner. Records are decoded in bulk and
-handed to the learner as runs of consecutive valid constraints (``learn_triplets`` and
-``learn_pairs`` process a run in order, so this equals learning them one by one).
+One thread of the learner process runs :meth:`ConsumerLoop.run` and owns the learner; it hands
+the learner's state to an outlet (which decides when a new snapshot is due) and its status to a
+reporter. Records are decoded in bulk and handed to the learner as runs of consecutive valid
+constraints (``learn_triplets`` and ``learn_pairs`` process a run in order, so this equals
+learning them one by one).
 
 Delivery: a checkpoint holds the learner and the next offset of every partition it has read;
 source offsets (Kafka group offsets) are committed only after the checkpoint is durable. On
@@ -20,8 +22,9 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -32,13 +35,22 @@ from connectors.source import Source, SourceRecord
 from oahu.learner import Learner
 from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import Progress, write_checkpoint
-from oahu.service.metrics import ServiceMetrics
-from oahu.service.snapshot import SnapshotPublisher
+from oahu.service.metrics import LearningMetrics
 
 log = logging.getLogger(__name__)
 
 UNSUPPORTED_KIND = "unsupported_kind"  # a valid constraint of a kind the learner cannot learn
 _LAG_REFRESH_SECONDS = 1.0
+
+
+class StateOutlet(Protocol):
+    """Where the loop offers the learner after each run of updates (``SnapshotPublisher``, or
+    the link to the serving process); ``force`` hands it over even if no rebuild is due."""
+
+    def offer(self, learner: Learner, force: bool = False) -> bool: ...
+
+
+Reporter = Callable[[dict[str, Any], bool], None]  # (status, force): status after each change
 
 
 def learns(learner: Learner, kind: str) -> bool:
@@ -60,11 +72,12 @@ class ConsumerLoop:
         source: Source | None,
         catalog: Catalog,
         dead_letters: DeadLetterSink,
-        publisher: SnapshotPublisher,
-        metrics: ServiceMetrics,
+        publisher: StateOutlet,
+        metrics: LearningMetrics,
         checkpoint_file: str | Path,
         progress: Progress,
         *,
+        reporter: Reporter | None = None,
         checkpoint_every: int = 5000,
         checkpoint_interval: float = 30.0,
         poll_records: int = 1000,
@@ -84,6 +97,7 @@ class ConsumerLoop:
         self.poll_records = poll_records
         self.poll_timeout = poll_timeout
         self.exit_at_end = exit_at_end
+        self.reporter = reporter
         self.lock = threading.RLock()  # held while the learner or the offsets change
         self.checkpointed = Progress.from_extra(progress.to_extra())
         self.lag: dict[int, int] = {}
@@ -114,10 +128,13 @@ class ConsumerLoop:
                 if not records:
                     with self.lock:  # publish the latest model once the stream goes quiet
                         self.publisher.offer(self.learner)
+                        self._refresh_status(force=True)
                     if self.exit_at_end and getattr(self.source, "exhausted", False):
                         break
                     stop.wait(max(0.0, self.poll_timeout - (time.monotonic() - started)))
             self.checkpoint()
+            with self.lock:
+                self.publisher.offer(self.learner, force=True)  # serve the final model
         finally:
             self.finished.set()
 
@@ -192,7 +209,7 @@ class ConsumerLoop:
             self._checkpoint_due_at = time.monotonic() + self.checkpoint_interval
             self.metrics.checkpoint_seconds.observe(time.perf_counter() - started)
             self.metrics.checkpoint_time.set(self.progress.written_at)
-            self._refresh_status()
+            self._refresh_status(force=True)
 
     def _commit(self) -> None:
         if self.source is None or not self.source.ready:
@@ -268,34 +285,54 @@ class ConsumerLoop:
             self.metrics.checkpoint_time.set(p.written_at)
         self._refresh_status()
 
-    def _refresh_status(self) -> None:
-        """Plain values about the model and the stream, for /v1/model and the gauges."""
+    def _refresh_status(self, force: bool = False) -> None:
+        """Plain values about the model and the stream, for /v1/model and the gauges; reported
+        (``force``: even if a report was sent a moment ago)."""
         learner = self.learner
-        alpha = [float(a) for a in learner.alpha]
-        losses = getattr(learner, "last_losses", None)
-        depth_loss = None if losses is None else [float(v) for v in np.asarray(losses.cpu())]
         self.metrics.updates.set(learner.updates)
         self.metrics.utilization.set(learner.utilization)
-        for depth, a in enumerate(alpha):
+        for depth, a in enumerate(learner.alpha.tolist()):
             self.metrics.alpha.labels(depth=str(depth)).set(a)
-        for depth, value in enumerate(depth_loss or []):
-            self.metrics.depth_loss.labels(depth=str(depth)).set(value)
-        done = self.checkpointed
         self.status = {
-            **learner.summary(),
-            "n_features": learner.n_features,
-            "n_depths": learner.n_depths,
-            "metric": learner.metric,
-            "depth_loss": depth_loss,
-            "constraints_consumed": self.progress.consumed,
-            "dead_letters": dict(self.progress.dead_letters),
-            "offsets": {str(p): o for p, o in sorted(self.progress.offsets.items())},
-            "lag": {str(p): v for p, v in sorted(self.lag.items())},
-            "checkpoint": {
-                "path": str(self.checkpoint_file),
-                "written_at": done.written_at or None,
-                "constraints_consumed": done.consumed,
-                "offsets": {str(p): o for p, o in sorted(done.offsets.items())},
-                "items_version": done.items_version,
-            },
+            **model_status(
+                learner, self.progress, self.checkpointed, self.checkpoint_file, self.lag
+            ),
+            "source_ready": bool(self.source is not None and self.source.ready),
         }
+        for depth, value in enumerate(self.status["depth_loss"] or []):
+            self.metrics.depth_loss.labels(depth=str(depth)).set(value)
+        self._report(force)
+
+    def _report(self, force: bool = False) -> None:
+        if self.reporter is not None:
+            self.reporter(self.status, force)
+
+
+def model_status(
+    learner: Learner,
+    progress: Progress,
+    checkpointed: Progress,
+    checkpoint_file: Path,
+    lag: dict[int, int] | None = None,
+) -> dict[str, Any]:
+    """What /v1/model tells about the model, the stream and the last checkpoint (plain values)."""
+    losses = getattr(learner, "last_losses", None)
+    depth_loss = None if losses is None else [float(v) for v in np.asarray(losses.cpu())]
+    return {
+        **learner.summary(),
+        "n_features": learner.n_features,
+        "n_depths": learner.n_depths,
+        "metric": learner.metric,
+        "depth_loss": depth_loss,
+        "constraints_consumed": progress.consumed,
+        "dead_letters": dict(progress.dead_letters),
+        "offsets": {str(p): o for p, o in sorted(progress.offsets.items())},
+        "lag": {str(p): v for p, v in sorted((lag or {}).items())},
+        "checkpoint": {
+            "path": str(checkpoint_file),
+            "written_at": checkpointed.written_at or None,
+            "constraints_consumed": checkpointed.consumed,
+            "offsets": {str(p): o for p, o in sorted(checkpointed.offsets.items())},
+            "items_version": checkpointed.items_version,
+        },
+    }

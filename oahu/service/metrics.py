@@ -1,31 +1,38 @@
-"""The service's Prometheus metrics: one registry per service, conventional names and units.
+"""The service's Prometheus metrics: conventional names and units, one registry per process.
 
 Counters end in ``_total``, durations are histograms in seconds, timestamps are gauges in Unix
-seconds. Model-derived values (updates, utilisation, per-depth loss and α) are gauges set from the
-learner after each run of updates. deploy/grafana-dashboard.json charts all of them.
+seconds. The learn loop runs in its own process (:mod:`oahu.service.learner_process`), so its
+metrics (``LearningMetrics``: the stream, the model, checkpoints) live there; the serving process
+keeps ``ServiceMetrics`` (queries, snapshots) and re-exposes the learner's latest collected
+families, forwarded with its status reports, on the same ``/metrics``. deploy/grafana-dashboard.json
+charts all of them.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
 
 _FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 _SLOW = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+CHECKPOINT_TIME = "oahu_checkpoint_timestamp_seconds"
 
 
-class ServiceMetrics:
-    """Metric objects of one service instance, in their own ``CollectorRegistry``.
+class LearningMetrics:
+    """Metrics of the learn loop (stream, model, checkpoints) in their own registry.
 
-    >>> m = ServiceMetrics()
+    Model-derived values (updates, utilisation, per-depth loss and α) are gauges set from the
+    learner after each run of updates.
+
+    >>> m = LearningMetrics()
     >>> m.consumed.inc(3)
     >>> m.dead_letters.labels(reason="non_finite").inc()
-    >>> text = m.render().decode()
-    >>> "oahu_constraints_consumed_total 3.0" in text
-    True
-    >>> 'oahu_dead_letters_total{reason="non_finite"} 1.0' in text
-    True
+    >>> names = {s.name: s.value for f in m.families() for s in f.samples}
+    >>> names["oahu_constraints_consumed_total"], names["oahu_dead_letters_total"]
+    (3.0, 1.0)
     """
 
     def __init__(self) -> None:
@@ -90,10 +97,44 @@ class ServiceMetrics:
             registry=r,
         )
         self.checkpoint_time = Gauge(
-            "oahu_checkpoint_timestamp_seconds",
+            CHECKPOINT_TIME,
             "When the last checkpoint was written.",
             registry=r,
         )
+
+    def families(self) -> list[Metric]:
+        """Every metric's current samples (picklable: they travel to the serving process)."""
+        return list(self.registry.collect())
+
+
+class _Forwarded:
+    """A collector yielding the families last forwarded from the learner process."""
+
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+
+class ServiceMetrics:
+    """Metrics of the serving process, plus the learner process's forwarded families.
+
+    >>> from oahu.service.metrics import LearningMetrics
+    >>> learning, m = LearningMetrics(), ServiceMetrics()
+    >>> learning.consumed.inc(3)
+    >>> m.gallery_items.set(10)
+    >>> m.forward(learning.families())
+    >>> text = m.render().decode()
+    >>> "oahu_constraints_consumed_total 3.0" in text, "oahu_gallery_items 10.0" in text
+    (True, True)
+    """
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self._forwarded = _Forwarded()
+        r.register(self._forwarded)
+        self._checkpoint_written = 0.0
         self.checkpoint_age = Gauge(
             "oahu_checkpoint_age_seconds", "Seconds since the last checkpoint.", registry=r
         )
@@ -128,8 +169,15 @@ class ServiceMetrics:
         )
         self.ready = Gauge("oahu_ready", "1 while /readyz answers 200.", registry=r)
 
+    def forward(self, families: list[Metric]) -> None:
+        """Expose ``families`` (from ``LearningMetrics.families``) until the next forward."""
+        self._forwarded.families = families
+        for family in families:
+            if family.name == CHECKPOINT_TIME:
+                self._checkpoint_written = family.samples[0].value
+
     def _checkpoint_age(self) -> float:
-        written = self.checkpoint_time._value.get()  # 0 until the first checkpoint
+        written = self._checkpoint_written  # 0 until the first checkpoint
         return time.time() - written if written else 0.0
 
     def render(self) -> bytes:

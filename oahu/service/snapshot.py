@@ -1,11 +1,12 @@
-"""Published snapshots: what queries read while the training thread keeps learning.
+"""Published snapshots: what queries read while the learner process keeps learning.
 
-The training thread offers a copy of the learner's state every ``reindex_every`` updates or
-``reindex_interval`` seconds; a background thread turns the latest offer into a ``Snapshot`` (a
-private clone of the learner plus the gallery embedded and indexed by it) and publishes it by
-swapping one reference. A query takes the reference once and answers from it, so it never sees a
-half-updated model, and training never waits for queries (an offer replaces any older one that
-was not built yet). Gallery changes through the API trigger a rebuild too.
+The learner process hands over a copy of the learner's state every ``reindex_every`` updates or
+``reindex_interval`` seconds (``ReindexSchedule``); a background thread of the serving process
+turns the latest one into a ``Snapshot`` (a private clone of the learner plus the gallery embedded
+and indexed by it) and publishes it by swapping one reference. A query takes the reference once
+and answers from it, so it never sees a half-updated model, and training never waits for queries
+(a state replaces any older one that was not built yet). Gallery changes through the API trigger
+a rebuild too.
 """
 
 from __future__ import annotations
@@ -98,11 +99,36 @@ def build_snapshot(
     )
 
 
+class ReindexSchedule:
+    """When a learner's state is due for a new snapshot: after ``every`` updates or
+    ``interval`` seconds (if the model changed at all), or when forced.
+
+    >>> schedule = ReindexSchedule(every=10, interval=60.0)
+    >>> schedule.due(0, force=True), schedule.due(5), schedule.due(10), schedule.due(10)
+    (True, False, True, False)
+    """
+
+    def __init__(self, every: int = 1000, interval: float = 5.0) -> None:
+        self.every = every
+        self.interval = interval
+        self._updates = -1
+        self._at = 0.0
+
+    def due(self, updates: int, force: bool = False) -> bool:
+        """Whether to hand over the state at ``updates`` now (and, if so, count it as done)."""
+        changed = updates != self._updates
+        elapsed = time.monotonic() - self._at >= self.interval
+        if not (force or (changed and (updates - self._updates >= self.every or elapsed))):
+            return False
+        self._updates, self._at = updates, time.monotonic()
+        return True
+
+
 class SnapshotPublisher:
     """Builds and publishes snapshots in a background thread; ``current`` is the latest.
 
-    The training thread calls ``offer(learner)`` after each run of updates; it is cheap unless
-    a rebuild is due, when it copies the learner's state (the only moment it touches training).
+    ``submit(state)`` hands over a learner state (from the learner process); ``offer(learner)``
+    copies a learner's state when the schedule says a rebuild is due.
     """
 
     def __init__(
@@ -117,34 +143,28 @@ class SnapshotPublisher:
         self.catalog = catalog
         self.index, self.nprobe = index, nprobe
         self.metrics = metrics
-        self.reindex_every = reindex_every
-        self.reindex_interval = reindex_interval
+        self.schedule = ReindexSchedule(reindex_every, reindex_interval)
         self.current: Snapshot | None = None
         self._pending: dict[str, Any] | None = None
-        self._offered_updates = -1
-        self._offered_at = 0.0
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="oahu-reindex", daemon=True)
         self.error: str | None = None
 
-    # ------------------------------------------------------------------ training side
+    # ------------------------------------------------------------------ model side
     def offer(self, learner: Learner, force: bool = False) -> bool:
         """Hand over a copy of the learner's state if a rebuild is due; True if it was."""
-        changed = learner.updates != self._offered_updates
-        due = (
-            learner.updates - self._offered_updates >= self.reindex_every
-            or time.monotonic() - self._offered_at >= self.reindex_interval
-        )
-        if not (force or (changed and due)):
+        if not self.schedule.due(learner.updates, force):
             return False
-        state = copy.deepcopy(learner.get_state())
+        self.submit(copy.deepcopy(learner.get_state()))
+        return True
+
+    def submit(self, state: dict[str, Any]) -> None:
+        """Build a snapshot of ``state`` (``Learner.get_state``) next, replacing any older one
+        still waiting."""
         with self._cond:
             self._pending = state
-            self._offered_updates = learner.updates
-            self._offered_at = time.monotonic()
             self._cond.notify()
-        return True
 
     def gallery_changed(self) -> None:
         """Wake the builder: the gallery changed and must be re-indexed."""
