@@ -177,7 +177,9 @@ def test_write_endpoints_need_the_token_and_items_survive_a_restart(stream_file,
     service.shutdown()
     restarted = Service(ServiceConfig(source=stream_file.as_uri(), checkpoint_dir=str(tmp_path)))
     assert "new-1" in restarted.catalog.gallery and restarted.catalog.version == 1
-    assert restarted.status["constraints_consumed"] == N  # resumes after the stream, learns nothing twice
+    assert (
+        restarted.status["constraints_consumed"] == N
+    )  # resumes after the stream, learns nothing twice
     learner, progress = read_checkpoint(checkpoint_path(tmp_path))
     assert progress.items_version == 1 and learner.updates == N
 
