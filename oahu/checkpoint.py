@@ -7,40 +7,21 @@ it loads with ``weights_only=True``: opening a checkpoint never executes code fr
 from __future__ import annotations
 
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from oahu.learner import Learner
 from oahu.registry import learner_class
+from streams.atomic import atomic_open
 
 FORMAT_VERSION = 1
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike[str]) -> None:
-    """Write ``obj`` to ``path`` so that a crash leaves either the old file or the new one.
-
-    Temp file in the same directory, fsync, rename, fsync the directory.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """``torch.save`` so that a crash leaves either the old file or the new one."""
+    with atomic_open(path, "wb") as fh:
+        torch.save(obj, fh)
 
 
 def save_learner(
