@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from oahu.baselines.euclidean import Euclidean
-from oahu.baselines.lego import LEGO
+from oahu.baselines.lego import LEGO, UNIT_SCALE_TARGETS
 from oahu.baselines.oasis import OASIS
 from oahu.baselines.opml import OPML
 from oahu.baselines.rdml import RDML
@@ -123,6 +123,54 @@ def test_opml_checkpoint_keeps_the_latest_sample_per_class(tmp_path):
     resumed.learn_samples(x[25:], y[25:])
     np.testing.assert_array_equal(resumed.metric_matrix, whole.metric_matrix)
     assert resumed.constraints_seen == whole.constraints_seen > 50
+
+
+# ------------------------------------------------------------------------------- LEGO targets
+def shifted_sample(seed: int = 18) -> np.ndarray:
+    """Items far from unit scale (std 5 around 3), so the targets depend on preprocessing."""
+    return (np.random.default_rng(seed).standard_normal((300, D)) * 5.0 + 3.0).astype(np.float32)
+
+
+def test_lego_prepare_sets_its_targets_from_the_preprocessed_sample():
+    x = shifted_sample()
+    raw = LEGO(n_features=D)
+    raw.prepare(x)
+    assert (raw.target_similar, raw.target_dissimilar) == LEGO.targets_from_sample(x)
+    assert raw.target_dissimilar > 100.0  # squared distances of std-5 items: ~ 2 · 10 · 25
+    unit = LEGO(n_features=D, preprocess="standardize+unit")
+    unit.prepare(x)
+    scaled = unit.input_scaler.transform(x)
+    assert (unit.target_similar, unit.target_dissimilar) == LEGO.targets_from_sample(scaled)
+    assert 0.0 < unit.target_similar < unit.target_dissimilar <= 4.0  # unit rows: d² <= 4
+
+
+def test_lego_keeps_explicit_targets_and_falls_back_when_never_prepared():
+    x = shifted_sample()
+    given = LEGO(n_features=D, target_similar=0.5, target_dissimilar=9.0)
+    given.prepare(x)
+    assert (given.target_similar, given.target_dissimilar) == (0.5, 9.0)
+    partial = LEGO(n_features=D, target_dissimilar=1e4)
+    partial.prepare(x)
+    assert partial.target_similar == LEGO.targets_from_sample(x)[0]
+    assert partial.target_dissimilar == 1e4
+    unprepared = LEGO(n_features=D)
+    assert unprepared.get_params()["target_similar"] is None
+    feed(unprepared, random_stream(10, seed=19))
+    assert (unprepared.target_similar, unprepared.target_dissimilar) == UNIT_SCALE_TARGETS
+    too_close = LEGO(n_features=D, target_similar=1e4)  # above the sample's 95th percentile
+    with pytest.raises(ValueError, match="target_dissimilar"):
+        too_close.prepare(x)
+
+
+def test_lego_prepared_targets_survive_a_checkpoint(tmp_path):
+    x = shifted_sample()
+    lego = LEGO(n_features=D, preprocess="center+unit")
+    lego.prepare(x)
+    feed(lego, (x[:100], x[100:200], x[200:], np.arange(100) % 2 == 0))
+    save_learner(lego, tmp_path / "lego.pt")
+    resumed, _ = load_learner(tmp_path / "lego.pt")
+    assert resumed.get_params() == lego.get_params()
+    np.testing.assert_array_equal(resumed.embed(x[:5]), lego.embed(x[:5]))
 
 
 # ------------------------------------------------------------------------------------ bad input

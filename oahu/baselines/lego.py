@@ -23,6 +23,12 @@ import numpy as np
 from oahu.baselines._linalg import sym_matvec, sym_rank1_update
 from oahu.baselines._params import positive_float
 from oahu.baselines.mahalanobis import PairwiseMahalanobis
+from oahu.learner import as_feature_matrix
+
+# (u, l) when neither the caller nor ``prepare`` set them: the 5th / 95th percentile squared
+# distances of unit-length rows (standardised digits: 1.07 / 2.71), the scale the other
+# baselines assume too.
+UNIT_SCALE_TARGETS = (1.0, 2.7)
 
 
 class LEGO(PairwiseMahalanobis):
@@ -35,9 +41,11 @@ class LEGO(PairwiseMahalanobis):
         scale of the data).
     target_similar : u, the squared distance similar pairs are pulled to.
     target_dissimilar : l, the squared distance dissimilar pairs are pushed to; l > u.
-        Both targets are squared distances in the input's scale; set them from data with
-        ``LEGO.targets_from_sample`` (the 5th and 95th percentiles of Euclidean squared
-        distances, as in Jain et al.'s experiments).
+        Both targets are squared distances in the (preprocessed) input's scale. Left as None,
+        ``prepare(x)`` sets them from ``x`` by ``LEGO.targets_from_sample`` (the 5th and 95th
+        percentiles of squared Euclidean distances, as in Jain et al.'s experiments); a learner
+        that is never prepared uses ``UNIT_SCALE_TARGETS``, which suit unit-length rows.
+    preprocess : input preprocessing (``oahu.preprocessing``), fitted by ``prepare``.
 
     The defaults suit unit-length inputs: η = 0.1 was picked from {0.03, 0.1, 0.3, 1} on the
     development half of sklearn's digits (standardised, unit-length rows), whose 5th / 95th
@@ -58,19 +66,35 @@ class LEGO(PairwiseMahalanobis):
         self,
         n_features: int,
         learning_rate: float = 0.1,
-        target_similar: float = 1.0,
-        target_dissimilar: float = 2.7,
+        target_similar: float | None = None,
+        target_dissimilar: float | None = None,
         preprocess: str = "none",
     ) -> None:
         super().__init__(n_features, preprocess=preprocess)
         self.learning_rate = positive_float("learning_rate", learning_rate)
-        self.target_similar = positive_float("target_similar", target_similar)
-        self.target_dissimilar = positive_float("target_dissimilar", target_dissimilar)
-        if self.target_dissimilar <= self.target_similar:
-            raise ValueError(
-                f"target_dissimilar: must be > target_similar={target_similar!r}, "
-                f"got {target_dissimilar!r}"
-            )
+        self.target_similar = _optional_target("target_similar", target_similar)
+        self.target_dissimilar = _optional_target("target_dissimilar", target_dissimilar)
+        if self.target_similar is not None and self.target_dissimilar is not None:
+            _check_target_order(self.target_similar, self.target_dissimilar)
+
+    def prepare(self, x: Any) -> None:
+        """Fit the input preprocessing on ``x``, then set the targets left as None from the
+        preprocessed ``x`` (``targets_from_sample`` with its defaults)."""
+        super().prepare(x)
+        if self.target_similar is not None and self.target_dissimilar is not None:
+            return
+        sample = self.input_scaler.transform(as_feature_matrix(x, self.n_features, "x"))
+        near, far = self.targets_from_sample(sample)
+        self._resolve_targets(near, far)
+
+    def _resolve_targets(self, near: float, far: float) -> tuple[float, float]:
+        """Fill the targets still None with ``near`` / ``far``; return (u, l)."""
+        if self.target_similar is None:
+            self.target_similar = near
+        if self.target_dissimilar is None:
+            self.target_dissimilar = far
+        _check_target_order(self.target_similar, self.target_dissimilar)
+        return self.target_similar, self.target_dissimilar
 
     @staticmethod
     def targets_from_sample(
@@ -113,10 +137,20 @@ class LEGO(PairwiseMahalanobis):
             "target_dissimilar": self.target_dissimilar,
         }
 
+    # An unprepared learner falls back to the unit-scale targets when it first learns.
+    def _learn_pairs(self, u: np.ndarray, v: np.ndarray, similar: np.ndarray) -> np.ndarray:
+        self._resolve_targets(*UNIT_SCALE_TARGETS)  # a no-op once the targets are set
+        return super()._learn_pairs(u, v, similar)
+
+    def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+        self._resolve_targets(*UNIT_SCALE_TARGETS)
+        return super()._learn_triplets(a, p, n)
+
     def _update_pair(self, z: np.ndarray, similar: bool) -> bool:
         az = sym_matvec(self._a, z)
         y_hat = float(z @ az)
         target = self.target_similar if similar else self.target_dissimilar
+        assert target is not None  # resolved by _learn_pairs / _learn_triplets
         satisfied = y_hat <= target if similar else y_hat >= target
         if satisfied or y_hat <= 0.0:
             return False
@@ -126,6 +160,15 @@ class LEGO(PairwiseMahalanobis):
         sym_rank1_update(self._a, -step / (1.0 + step * y_hat), az)
         self.updates += 1
         return True
+
+
+def _optional_target(name: str, value: Any) -> float | None:
+    return None if value is None else positive_float(name, value)
+
+
+def _check_target_order(near: float, far: float) -> None:
+    if far <= near:
+        raise ValueError(f"target_dissimilar: must be > target_similar={near!r}, got {far!r}")
 
 
 def _lego_new_distance(eta: float, target: float, y_hat: float) -> float:
