@@ -154,28 +154,33 @@ def create_app(view: ServiceView) -> FastAPI:
                 401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
             )
 
+    # The query endpoints return a JSONResponse of plain values: that skips FastAPI's response
+    # validation and jsonable_encoder, a recursive walk over every score that costs more than
+    # encoding them.
     @app.post("/v1/embed", summary="Embeddings of items at every depth, with the hedge weights")
-    async def embed(body: ItemsQuery) -> dict[str, Any]:
+    async def embed(body: ItemsQuery) -> JSONResponse:
         emb, snap = await answer("embed", features(body.items, ("items",)), None)
-        return {
-            "embeddings": emb.transpose(1, 0, 2).tolist(),  # (items, depths, dim)
-            "alpha": snap.alpha.tolist(),
-            "metric": snap.learner.metric,
-            "model": snap.meta(),
-        }
+        return JSONResponse(
+            {
+                "embeddings": emb.transpose(1, 0, 2).tolist(),  # (items, depths, dim)
+                "alpha": snap.alpha.tolist(),
+                "metric": snap.learner.metric,
+                "model": snap.meta(),
+            }
+        )
 
     @app.post("/v1/classify", summary="kNN classification over all depths (Eq. 23-25)")
-    async def classify(body: NeighbourQuery) -> dict[str, Any]:
+    async def classify(body: NeighbourQuery) -> JSONResponse:
         out, snap = await answer("classify", features(body.items, ("items",)), body.k or view.k)
         classes = [str(c) for c in out["classes"].tolist()]
         predictions = [
             {"label": int(label), "scores": dict(zip(classes, row, strict=True))}
             for label, row in zip(out["labels"].tolist(), out["scores"].tolist(), strict=True)
         ]
-        return {"predictions": predictions, "model": snap.meta()}
+        return JSONResponse({"predictions": predictions, "model": snap.meta()})
 
     @app.post("/v1/retrieve", summary="The k most similar gallery items (Eq. 27)")
-    async def retrieve(body: NeighbourQuery) -> dict[str, Any]:
+    async def retrieve(body: NeighbourQuery) -> JSONResponse:
         out, snap = await answer("retrieve", features(body.items, ("items",)), body.k or view.k)
         ids = snap.gallery_ids
         labels = snap.index.labels
@@ -188,10 +193,10 @@ def create_app(view: ServiceView) -> FastAPI:
                     for p, s in zip(positions[found].tolist(), scores[found].tolist(), strict=True)
                 ]
             )
-        return {"results": results, "model": snap.meta()}
+        return JSONResponse({"results": results, "model": snap.meta()})
 
     @app.post("/v1/verify", summary="Are the two items of each pair similar? (Eq. 26)")
-    async def verify(body: VerifyQuery) -> dict[str, Any]:
+    async def verify(body: VerifyQuery) -> JSONResponse:
         if len(body.pairs) > view.max_batch_items:
             raise invalid(("pairs",), f"at most {view.max_batch_items} pairs per request")
         left = features([p.left for p in body.pairs], ("pairs", "left"))
@@ -201,7 +206,7 @@ def create_app(view: ServiceView) -> FastAPI:
             {"similar": bool(s), "vote": float(v), "score": float(c)}
             for s, v, c in zip(out["similar"], out["vote"], out["score"], strict=True)
         ]
-        return {"results": results, "model": snap.meta()}
+        return JSONResponse({"results": results, "model": snap.meta()})
 
     @app.post(
         "/v1/items",

@@ -111,6 +111,12 @@ class ServiceConfig:
     ivf_nprobe: int = _opt(16, "clusters an ivf index visits per depth and query", "N")
     k: int = _opt(5, "neighbours per depth for classification and retrieval (Eq. 23-27)", "K")
     threads: int = _opt(1, "torch threads of the learner", "N")
+    learner_nice: int = _opt(
+        10,
+        "niceness of the learner process (0-19): when the cores are busy, queries get them "
+        "first and learning takes the rest",
+        "N",
+    )
     default_constraints: int = _opt(
         10000, "length of the default digits stream (when no --source is given)", "N"
     )
@@ -131,6 +137,8 @@ class ServiceConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.learner_nice <= 19:
+            raise ValueError(f"learner_nice: must be in 0..19, got {self.learner_nice}")
         if self.n_features is not None and self.n_features < 1:
             raise ValueError(f"n_features: must be >= 1, got {self.n_features}")
         for name in ("checkpoint_interval", "reindex_interval", "poll_timeout"):

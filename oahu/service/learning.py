@@ -5,6 +5,7 @@ learn loop, assembled from the service configuration (see :mod:`oahu.service.lea
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -156,6 +157,7 @@ def learner_main(
     for sig in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C reaches the whole process group
         signal.signal(sig, lambda *_: stop.set())
     configure_logging(config.log_level)
+    os.nice(config.learner_nice)
     use_native_threads(config.threads)
     link = ParentLink(
         outbox, ReindexSchedule(config.reindex_every, config.reindex_interval), LearningMetrics()
