@@ -1,7 +1,8 @@
 """The Adaptive-Bound Triplet Loss (ABTL), Eq. 9-13 of the OAHU paper, vectorised.
 
-Every function works elementwise on tensors of any shape, so one call covers all depths and a
-whole micro-batch: pass distances of shape (n_depths, batch).
+Every function works elementwise on arrays of any shape, so one call covers all depths and a
+whole micro-batch: pass distances of shape (n_depths, batch). They accept torch tensors or numpy
+arrays (see :func:`oahu.arrays.namespace`).
 
 The thresholds c1 = d_sim(D+) and c2 = d_dis(D-) are computed from the distances measured before
 the update and are *targets*: they are held constant in the gradient step (SPEC §2).
@@ -13,6 +14,8 @@ import math
 
 import torch
 
+from oahu.arrays import namespace
+
 _E2M1 = math.exp(2.0) - 1.0  # e^2 - 1
 _1ME2 = 1.0 - math.exp(-2.0)  # 1 - e^-2
 
@@ -23,7 +26,7 @@ def similarity_threshold(d_pos: torch.Tensor, tau: float) -> torch.Tensor:
     >>> similarity_threshold(torch.tensor([0.0, 2.0]), tau=0.1)
     tensor([0.0000, 0.1000])
     """
-    return (tau / _E2M1) * torch.expm1(d_pos)
+    return (tau / _E2M1) * namespace(d_pos).expm1(d_pos)
 
 
 def dissimilarity_threshold(d_neg: torch.Tensor, tau: float) -> torch.Tensor:
@@ -32,7 +35,7 @@ def dissimilarity_threshold(d_neg: torch.Tensor, tau: float) -> torch.Tensor:
     >>> dissimilarity_threshold(torch.tensor([0.0, 2.0]), tau=0.1)
     tensor([1.9000, 2.0000])
     """
-    return (tau / _1ME2) * -torch.expm1(-d_neg) + (2.0 - tau)
+    return (tau / _1ME2) * -namespace(d_neg).expm1(-d_neg) + (2.0 - tau)
 
 
 def abtl(
@@ -50,8 +53,8 @@ def abtl(
     """
     c1 = similarity_threshold(d_pos, tau)
     c2 = dissimilarity_threshold(d_neg, tau)
-    attractive = torch.clamp((d_pos - c1) / (2.0 - c1), min=0.0)
-    repulsive = torch.clamp(1.0 - d_neg / c2, min=0.0)
+    attractive = ((d_pos - c1) / (2.0 - c1)).clip(min=0.0)
+    repulsive = (1.0 - d_neg / c2).clip(min=0.0)
     return 0.5 * (attractive + repulsive), attractive, repulsive
 
 
@@ -67,11 +70,12 @@ def abtl_with_gradients(
     >>> round(float(g_pos), 6), round(float(g_neg), 6)
     (0.253408, -0.253408)
     """
+    xp = namespace(d_pos)
     c1 = similarity_threshold(d_pos, tau)
     c2 = dissimilarity_threshold(d_neg, tau)
     inv_span = 1.0 / (2.0 - c1)
-    attractive = torch.clamp((d_pos - c1) * inv_span, min=0.0)
-    repulsive = torch.clamp(1.0 - d_neg / c2, min=0.0)
-    grad_pos = torch.where(d_pos > c1, 0.5 * inv_span, 0.0)
-    grad_neg = torch.where(d_neg < c2, -0.5 / c2, 0.0)
+    attractive = ((d_pos - c1) * inv_span).clip(min=0.0)
+    repulsive = (1.0 - d_neg / c2).clip(min=0.0)
+    grad_pos = xp.where(d_pos > c1, 0.5 * inv_span, 0.0)
+    grad_neg = xp.where(d_neg < c2, -0.5 / c2, 0.0)
     return 0.5 * (attractive + repulsive), grad_pos, grad_neg

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from oahu.arrays import namespace
 from oahu.config import PRESETS, OAHUConfig
 from oahu.device import resolve_device
 from oahu.hedge import hedge_update
@@ -74,9 +75,13 @@ class OAHU(Learner):
         super().__init__(n_features, preprocess=self.config.preprocess)
         self.device = resolve_device(self.config.device)
         self.network = MultiDepthNetwork(n_features, self.config, self.device)
+        # Where the per-depth arithmetic (ABTL, gradient coefficients, hedge) runs: numpy views
+        # on the CPU, where its few dozen tiny operations cost a third of torch's dispatch;
+        # torch on a GPU, so that nothing leaves the device. See oahu.arrays.
+        self._on_host = self.device.type == "cpu"
         depths = self.config.n_depths
-        self._alpha = torch.full((depths,), 1.0 / depths, device=self.device)
-        self.last_losses = torch.zeros(depths, device=self.device)
+        self._alpha = self._small(torch.full((depths,), 1.0 / depths, device=self.device))
+        self._last_losses = self._small(torch.zeros(depths, device=self.device))
 
     # ---------------------------------------------------------------- interface
     @property
@@ -85,7 +90,19 @@ class OAHU(Learner):
 
     @property
     def alpha(self) -> np.ndarray:
-        return self._alpha.detach().cpu().numpy().astype(np.float64)
+        return np.asarray(self._as_tensor(self._alpha).cpu(), dtype=np.float64)
+
+    @property
+    def last_losses(self) -> torch.Tensor:
+        """Batch-mean ABTL per depth at the last update (before its step), on the CPU."""
+        return self._as_tensor(self._last_losses).cpu()
+
+    def _small(self, t: torch.Tensor) -> Any:
+        """A per-depth array where the step's small arithmetic runs (see ``__init__``)."""
+        return t.numpy() if self._on_host else t
+
+    def _as_tensor(self, a: Any) -> torch.Tensor:
+        return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
 
     def get_params(self) -> dict[str, Any]:
         return self.config.to_dict()
@@ -119,26 +136,28 @@ class OAHU(Learner):
         f = cache.embeddings.view(self.n_depths, 3, n_triplets, -1)
         # Both sides at once: [anchor − positive, anchor − negative], (L+1, 2, B, E).
         diffs = f[:, :1] - f[:, 1:]
-        dists = torch.linalg.vector_norm(diffs, dim=-1)  # pre-update distances D_orig
+        # Pre-update distances D_orig, (L+1, 2, B).
+        dists = self._small(torch.linalg.vector_norm(diffs, dim=-1))
+        xp = namespace(dists)
         loss, g_pos, g_neg = abtl_with_gradients(dists[:, 0], dists[:, 1], self.config.tau)
         # An overflowing norm turns an embedding into a silent zero vector rather than a NaN, so
         # it is checked with the loss: either one makes the triplet unlearnable.
-        norms = cache.norms.view(self.n_depths, 3, n_triplets).sum(dim=(0, 1))
-        finite = torch.isfinite(loss.sum(0) + norms)
+        norms = self._small(cache.norms.view(self.n_depths, 3, n_triplets).sum(dim=(0, 1)))
+        finite = xp.isfinite(loss.sum(0) + norms)
         if not bool(finite.all()):
-            return self._step_finite_only(block, finite)
+            return self._step_finite_only(block, self._as_tensor(finite))
         # ∂(mean_b Σ_l α(l) L(l)_b)/∂D, times ∂D/∂f: the unit difference vectors.
-        scale = (self._alpha / n_triplets).view(-1, 1, 1)
-        coef = scale * torch.stack([g_pos, g_neg], dim=1) / dists.clamp_min(_DIST_EPS)
-        towards = coef.unsqueeze(-1) * diffs  # gradient on the anchor from each side
+        scale = (self._alpha / n_triplets)[:, None, None]
+        coef = scale * xp.stack([g_pos, g_neg], 1) / dists.clip(min=_DIST_EPS)
+        towards = self._as_tensor(coef).unsqueeze(-1) * diffs  # on the anchor, from each side
         grad = torch.cat([towards.sum(dim=1, keepdim=True), towards.neg()], dim=1)
         self.network.step(cache, grad.view_as(cache.embeddings), self.config.learning_rate)
-        self.last_losses = loss.mean(dim=1)
+        self._last_losses = loss.mean(1)
         self._alpha = hedge_update(
-            self._alpha, self.last_losses, self.config.beta, self.config.smoothing
+            self._alpha, self._last_losses, self.config.beta, self.config.smoothing
         )
         self.updates += 1
-        return (loss > 0).any(dim=0)
+        return self._as_tensor((loss > 0).any(0))
 
     def _step_finite_only(self, block: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
         """A non-finite loss never reaches the weights: learn from the rest, count the others."""
@@ -152,8 +171,8 @@ class OAHU(Learner):
     def _get_state(self) -> dict[str, Any]:
         return {
             "network": self.network.state_dict(),
-            "alpha": self._alpha.detach().cpu().clone(),
-            "last_losses": self.last_losses.detach().cpu().clone(),
+            "alpha": self._as_tensor(self._alpha).detach().cpu().clone(),
+            "last_losses": self.last_losses.clone(),
         }
 
     def _set_state(self, state: dict[str, Any]) -> None:
@@ -161,5 +180,5 @@ class OAHU(Learner):
         alpha = state["alpha"]
         if tuple(alpha.shape) != (self.n_depths,):
             raise ValueError(f"alpha: expected shape ({self.n_depths},), got {tuple(alpha.shape)}")
-        self._alpha = alpha.to(self.device, torch.float32).clone()
-        self.last_losses = state["last_losses"].to(self.device, torch.float32).clone()
+        self._alpha = self._small(alpha.to(self.device, torch.float32).clone())
+        self._last_losses = self._small(state["last_losses"].to(self.device, torch.float32).clone())

@@ -51,3 +51,14 @@ def test_result_is_a_distribution_and_input_untouched() -> None:
 def test_lower_loss_gains_weight() -> None:
     new = hedge_update(t(0.25, 0.25, 0.25, 0.25), t(0.1, 0.2, 0.3, 0.4), beta=0.9, smoothing=0.0)
     assert (new.diff() < 0).all()
+
+
+def test_numpy_and_torch_agree() -> None:
+    import numpy as np
+
+    alpha = np.array([0.4, 0.3, 0.2, 0.1], dtype=np.float32)
+    losses = np.array([0.7, 0.2, 0.0, 1.0], dtype=np.float32)
+    on_numpy = hedge_update(alpha, losses, beta=0.99, smoothing=0.1)
+    on_torch = hedge_update(torch.from_numpy(alpha), torch.from_numpy(losses), 0.99, 0.1)
+    assert isinstance(on_numpy, np.ndarray)
+    assert on_numpy.tolist() == pytest.approx(on_torch.tolist(), abs=1e-7)

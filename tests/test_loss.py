@@ -88,3 +88,15 @@ def test_vectorised_over_depths_and_batch() -> None:
     one, _, _ = abtl(d_pos[3, 7:8], d_neg[3, 7:8], TAU)
     assert loss.shape == (6, 32)
     assert float(loss[3, 7]) == float(one[0])
+
+
+def test_numpy_and_torch_agree() -> None:
+    import numpy as np
+
+    d_pos = np.array([0.0, 0.4, 1.3, 2.0], dtype=np.float32)
+    d_neg = np.array([0.1, 1.9, 0.6, 2.0], dtype=np.float32)
+    on_numpy = abtl_with_gradients(d_pos, d_neg, TAU)
+    on_torch = abtl_with_gradients(torch.from_numpy(d_pos), torch.from_numpy(d_neg), TAU)
+    for a, b in zip(on_numpy, on_torch, strict=True):
+        assert isinstance(a, np.ndarray)
+        assert a.tolist() == pytest.approx(b.tolist(), abs=1e-6)
