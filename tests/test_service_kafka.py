@@ -298,6 +298,32 @@ async def _query_while_learning(base: str, items: list, proc: ServiceProcess) ->
     return answers
 
 
+def test_items_posted_to_the_api_resolve_in_constraints_sent_after_the_answer(
+    kafka_bootstrap, tmp_path
+):
+    """The learner process gets each item change before POST /v1/items answers."""
+    stream_file = make_stream(tmp_path, 20, seed=1)
+    stream = ConstraintStream.load(stream_file)
+    topic, state = unique("items"), tmp_path / "state"
+    create_topic(kafka_bootstrap, topic, 1)
+    proc = service(kafka_bootstrap, topic, unique("g"), stream_file, state)
+    proc.wait_serving()
+    new = [{"id": f"live-{i}", "x": stream.X[i].tolist(), "label": 1} for i in range(3)]
+    assert httpx.post(proc.base + "/v1/items", json={"items": new}).status_code == 200
+    sink = KafkaSink(topic, kafka_bootstrap)
+    sink.send_many(
+        [b'{"v":1,"kind":"triplet","anchor":{"id":"live-0"},"positive":{"id":"live-1"},'
+         b'"negative":{"id":"live-2"}}'] * 5
+    )  # fmt: skip
+    sink.flush()
+    sink.close()
+    model = proc.wait_consumed(5)
+    assert proc.terminate() == 0
+    assert model["dead_letters"] == {} and model["constraints_learned"] == 5
+    learner, progress = read_checkpoint(checkpoint_path(state))
+    assert progress.items_version == 1 and learner.constraints_learned == 5
+
+
 def test_an_unreachable_broker_means_not_ready_never_a_crash(tmp_path: Path):
     stream_file = make_stream(tmp_path, 10, seed=0)
     with socket.socket() as s:  # a port nobody listens on

@@ -36,7 +36,7 @@ from oahu.service.native_threads import use_native_threads
 
 log = logging.getLogger(__name__)
 
-MAX_BUILD_SHARE = 0.25
+MAX_BUILD_SHARE = 0.1
 GalleryArrays = tuple[int, list[str], np.ndarray, np.ndarray]  # version, ids, X, y
 
 

@@ -1,0 +1,107 @@
+"""The learner process of ``oahu run``: it dies with the service, stops cleanly with it, and
+learns from items added through the API (file sources; services run as subprocesses)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+from service_support import (
+    ServiceProcess,
+    assert_same_model,
+    make_stream,
+    train_reference,
+    wait_until,
+)
+
+from oahu.cli.produce import encode_stream
+from oahu.service.checkpoints import checkpoint_path, read_checkpoint
+from streams.stream_file import ConstraintStream
+
+
+def learner_pid(service: ServiceProcess) -> int:
+    """The service's learner process (its child running multiprocessing's spawn_main)."""
+    pid = service.proc.pid
+    for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
+            return int(child)
+    raise AssertionError("the service has no learner process")
+
+
+def gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except FileNotFoundError:
+        return True
+    return state in ("Z", "X")  # exited, not yet reaped by whoever adopted it
+
+
+def test_kill_9_takes_the_learner_with_it_and_a_restart_learns_each_constraint_once(tmp_path):
+    n = 3000
+    stream_file = make_stream(tmp_path, n, seed=6)
+    state = tmp_path / "state"
+    args = ["--source", stream_file.as_uri(), "--checkpoint-dir", str(state),
+            "--checkpoint-every", "97", "--poll-records", "20"]  # fmt: skip
+    first = ServiceProcess(args, tmp_path / "first.log")
+    killed_at = first.wait_consumed(300)["constraints_consumed"]
+    child = learner_pid(first)
+    first.kill()
+    wait_until(lambda: gone(child), 10, "the learner process to die with the service")
+    _, progress = read_checkpoint(checkpoint_path(state))
+    assert killed_at < n and progress.consumed < n  # a real mid-stream crash
+    second = ServiceProcess([*args, "--exit-at-end"], tmp_path / "second.log")
+    assert second.proc.wait(timeout=120) == 0, second.output()
+    learner, progress = read_checkpoint(checkpoint_path(state))
+    assert progress.offsets == {0: n} and progress.consumed == n
+    assert_same_model(learner, train_reference(ConstraintStream.load(stream_file)))
+
+
+def test_sigterm_checkpoints_what_was_learned_and_exits_0(tmp_path: Path):
+    n = 3000
+    stream_file = make_stream(tmp_path, n, seed=8)
+    state = tmp_path / "state"
+    service = ServiceProcess(
+        ["--source", stream_file.as_uri(), "--checkpoint-dir", str(state),
+         "--poll-records", "20"], tmp_path / "service.log",
+    )  # fmt: skip
+    service.wait_consumed(200)
+    child = learner_pid(service)
+    assert service.terminate() == 0
+    assert gone(child)
+    learner, progress = read_checkpoint(checkpoint_path(state))
+    consumed = progress.consumed
+    assert 200 <= consumed and progress.offsets == {0: consumed}
+    stream = ConstraintStream.load(stream_file)
+    assert_same_model(learner, train_reference(stream, rows=slice(0, consumed)))
+
+
+def test_items_added_through_the_api_resolve_in_the_learner(tmp_path: Path):
+    """Items POSTed to one run are in the learner's replica of the next (the overlay file)."""
+    stream_file = make_stream(tmp_path, 50, seed=2)
+    stream = ConstraintStream.load(stream_file)
+    state = tmp_path / "state"
+    common = ["--checkpoint-dir", str(state), "--gallery", str(stream_file), "--n-features", "64"]
+    first = ServiceProcess(["--source", stream_file.as_uri(), *common], tmp_path / "a.log")
+    first.wait_serving()
+    new = [{"id": f"new-{i}", "x": stream.X[i].tolist()} for i in range(3)]
+    answer = httpx.post(first.base + "/v1/items", json={"items": new, "gallery": False})
+    assert answer.status_code == 200 and answer.json()["items_version"] == 1
+    assert first.terminate() == 0
+    # a message file naming the new ids: the learner must resolve them, not dead-letter them
+    message = (
+        b'{"v":1,"kind":"triplet","anchor":{"id":"new-0"},"positive":{"id":"new-1"},'
+        b'"negative":{"id":"new-2"}}'
+    )
+    messages = tmp_path / "messages.txt"
+    messages.write_bytes(
+        b"\n".join([message, *encode_stream(stream_file, "json", inline=True)]) + b"\n"
+    )
+    os.remove(checkpoint_path(state))  # a new model; the items overlay stays
+    second = ServiceProcess(
+        ["--source", messages.as_uri(), "--exit-at-end", *common], tmp_path / "b.log"
+    )
+    assert second.proc.wait(timeout=120) == 0, second.output()
+    learner, progress = read_checkpoint(checkpoint_path(state))
+    assert progress.consumed == 51 and learner.constraints_learned == 51
+    assert not progress.dead_letters
