@@ -70,7 +70,7 @@ def test_used_mask_and_counters_agree(name):
 
 
 def test_a_satisfied_constraint_is_not_counted():
-    lego = LEGO(n_features=2, target_similar=1.0, target_dissimilar=2.0)
+    lego = LEGO(n_features=2, target_similar=1.0, target_dissimilar=2.0, preprocess="none")
     used = lego.learn_triplets([[0.0, 0.0]], [[0.5, 0.0]], [[3.0, 0.0]])  # 0.25 <= 1, 9 >= 2
     assert used.tolist() == [False]
     assert (lego.constraints_used, lego.updates, lego.utilization) == (0, 0, 0.0)
@@ -133,7 +133,7 @@ def shifted_sample(seed: int = 18) -> np.ndarray:
 
 def test_lego_prepare_sets_its_targets_from_the_preprocessed_sample():
     x = shifted_sample()
-    raw = LEGO(n_features=D)
+    raw = LEGO(n_features=D, preprocess="none")
     raw.prepare(x)
     assert (raw.target_similar, raw.target_dissimilar) == LEGO.targets_from_sample(x)
     assert raw.target_dissimilar > 100.0  # squared distances of std-5 items: ~ 2 · 10 · 25
@@ -146,10 +146,10 @@ def test_lego_prepare_sets_its_targets_from_the_preprocessed_sample():
 
 def test_lego_keeps_explicit_targets_and_falls_back_when_never_prepared():
     x = shifted_sample()
-    given = LEGO(n_features=D, target_similar=0.5, target_dissimilar=9.0)
+    given = LEGO(n_features=D, target_similar=0.5, target_dissimilar=9.0, preprocess="none")
     given.prepare(x)
     assert (given.target_similar, given.target_dissimilar) == (0.5, 9.0)
-    partial = LEGO(n_features=D, target_dissimilar=1e4)
+    partial = LEGO(n_features=D, target_dissimilar=1e4, preprocess="none")
     partial.prepare(x)
     assert partial.target_similar == LEGO.targets_from_sample(x)[0]
     assert partial.target_dissimilar == 1e4
@@ -157,7 +157,9 @@ def test_lego_keeps_explicit_targets_and_falls_back_when_never_prepared():
     assert unprepared.get_params()["target_similar"] is None
     feed(unprepared, random_stream(10, seed=19))
     assert (unprepared.target_similar, unprepared.target_dissimilar) == UNIT_SCALE_TARGETS
-    too_close = LEGO(n_features=D, target_similar=1e4)  # above the sample's 95th percentile
+    too_close = LEGO(
+        n_features=D, target_similar=1e4, preprocess="none"
+    )  # above the sample's 95th percentile
     with pytest.raises(ValueError, match="target_dissimilar"):
         too_close.prepare(x)
 

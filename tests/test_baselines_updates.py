@@ -24,7 +24,7 @@ def squared_embedded_distance(learner, u, v) -> float:
 # ---------------------------------------------------------------------------------------- LEGO
 def test_lego_similar_pair_follows_the_closed_form():
     eta, u, far = 0.5, 1.0, 4.0  # far: the dissimilar target l
-    lego = LEGO(n_features=2, learning_rate=eta, target_similar=u, target_dissimilar=far)
+    lego = LEGO(2, learning_rate=eta, target_similar=u, target_dissimilar=far, preprocess="none")
     # z = (1, 1), A = I: ŷ = 2 > u, so ȳ = (η u ŷ − 1 + sqrt((η u ŷ − 1)² + 4 η ŷ²)) / (2 η ŷ)
     #   = (0 + sqrt(8)) / 2 = √2 and A ← I − η(ȳ − u) J / (1 + η(ȳ − u) ŷ)
     y_bar = math.sqrt(2.0)
@@ -40,7 +40,7 @@ def test_lego_similar_pair_follows_the_closed_form():
 
 def test_lego_dissimilar_pair_then_a_satisfied_pair():
     eta, u, far = 0.5, 1.0, 4.0  # far: the dissimilar target l
-    lego = LEGO(n_features=2, learning_rate=eta, target_similar=u, target_dissimilar=far)
+    lego = LEGO(2, learning_rate=eta, target_similar=u, target_dissimilar=far, preprocess="none")
     # z = (1, 0), A = I: ŷ = 1 < l = 4; η l ŷ − 1 = 1, so ȳ = (1 + sqrt(1 + 2)) / 1 = 1 + √3
     y_bar = 1.0 + math.sqrt(3.0)
     coef = eta * (y_bar - far) / (1.0 + eta * (y_bar - far) * 1.0)  # < 0: A grows along z
@@ -67,7 +67,7 @@ def test_lego_targets_from_sample_are_distance_percentiles():
 # ---------------------------------------------------------------------------------------- RDML
 def test_rdml_steps_and_psd_step_cap():
     lam, margin = 0.5, 0.5
-    rdml = RDML(n_features=2, learning_rate=lam, psd_margin=margin)
+    rdml = RDML(n_features=2, learning_rate=lam, psd_margin=margin, preprocess="none")
     # 1) dissimilar, z = (0.5, 0): d_A = 0.25 <= 1 is a mistake; A ← A + λ z zᵀ
     a = np.eye(2) + lam * np.outer([0.5, 0.0], [0.5, 0.0])
     assert rdml.learn_pairs([[0.5, 0.0]], [[0.0, 0.0]], [False]).tolist() == [True]
@@ -89,7 +89,7 @@ def test_rdml_steps_and_psd_step_cap():
 
 
 def test_rdml_uncapped_similar_step_is_lambda():
-    rdml = RDML(n_features=2, learning_rate=0.1)
+    rdml = RDML(n_features=2, learning_rate=0.1, preprocess="none")
     # z = (1.5, 0): d_A = 2.25 >= 1; (1 − 0.5) / 2.25 = 0.222 > λ, so the step is λ = 0.1
     rdml.learn_pairs([[1.5, 0.0]], [[0.0, 0.0]], [True])
     np.testing.assert_allclose(rdml.metric_matrix, np.diag([1.0 - 0.1 * 2.25, 1.0]), rtol=1e-12)
@@ -101,10 +101,10 @@ def test_oasis_step_is_min_of_c_and_loss_over_frobenius_norm():
     # W = I: S(p, p+) = 0, S(p, p−) = 0.5, loss = 1.5; V = p (p+ − p−)ᵀ, ‖V‖²_F = 1 · 1.25
     v = np.outer(p, np.subtract(p_pos, p_neg))
     assert float((v**2).sum()) == 1.25
-    capped = OASIS(n_features=3, aggressiveness=0.1)  # τ = min(0.1, 1.2) = 0.1
+    capped = OASIS(n_features=3, aggressiveness=0.1, preprocess="none")  # τ = min(0.1, 1.2) = 0.1
     assert capped.learn_triplets([p], [p_pos], [p_neg]).tolist() == [True]
     np.testing.assert_allclose(capped.similarity_matrix, np.eye(3) + 0.1 * v, rtol=1e-12)
-    free = OASIS(n_features=3, aggressiveness=10.0)  # τ = min(10, 1.2) = 1.2
+    free = OASIS(n_features=3, aggressiveness=10.0, preprocess="none")  # τ = min(10, 1.2) = 1.2
     free.learn_triplets([p], [p_pos], [p_neg])
     np.testing.assert_allclose(free.similarity_matrix, np.eye(3) + 1.2 * v, rtol=1e-12)
     # passive-aggressive: after the uncapped step the triplet sits exactly on the margin
@@ -113,7 +113,7 @@ def test_oasis_step_is_min_of_c_and_loss_over_frobenius_norm():
 
 
 def test_oasis_no_update_when_loss_is_zero():
-    oasis = OASIS(n_features=3)
+    oasis = OASIS(n_features=3, preprocess="none")
     # S(p, p+) = 1, S(p, p−) = 0: loss = max(0, 1 − 1 + 0) = 0
     used = oasis.learn_triplets([[1.0, 0.0, 0.0]], [[1.0, 1.0, 0.0]], [[0.0, 0.0, 1.0]])
     assert used.tolist() == [False]
@@ -123,7 +123,7 @@ def test_oasis_no_update_when_loss_is_zero():
 
 def test_oasis_embeddings_reproduce_the_bilinear_similarity():
     rng = np.random.default_rng(0)
-    oasis = OASIS(n_features=6, aggressiveness=0.5)
+    oasis = OASIS(n_features=6, aggressiveness=0.5, preprocess="none")
     oasis.learn_triplets(*(rng.standard_normal((50, 6)) for _ in range(3)))
     assert oasis.updates > 10
     p, q = rng.standard_normal((4, 6)), rng.standard_normal((5, 6))
@@ -203,7 +203,9 @@ def test_opml_skips_an_ill_posed_triplet():
 
 
 # ---------------------------------------------------------------------- embeddings and Euclidean
-@pytest.mark.parametrize("make", [lambda: LEGO(n_features=4), lambda: RDML(n_features=4)])
+@pytest.mark.parametrize(
+    "make", [lambda: LEGO(n_features=4, preprocess="none"), lambda: RDML(4, preprocess="none")]
+)
 def test_mahalanobis_embedding_distances_are_metric_distances(make):
     rng = np.random.default_rng(3)
     learner = make()
