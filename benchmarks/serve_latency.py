@@ -74,12 +74,13 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def learner_pid(pid: int) -> int:
-    """The learner process among the service's children (not multiprocessing's tracker)."""
+def learner_pid(pid: int) -> int | None:
+    """The learner process among the service's children (not multiprocessing's tracker);
+    None for a service that learns in a thread (versions before the learner process)."""
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
         if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
             return int(child)
-    raise RuntimeError("the service has no learner process")
+    return None
 
 
 def requests(queries: np.ndarray, host: str) -> list[bytes]:
@@ -195,12 +196,12 @@ def phase(
     """Run one load phase; add the learner's rate and everyone's CPU use during it."""
     learner = learner_pid(server_pid)
     before = httpx.get(base + "/v1/model", timeout=10).json()
-    cpu0 = (cpu_seconds(server_pid), cpu_seconds(learner), resource.getrusage(0))
+    cpu0 = (cpu_seconds(server_pid), cpu_seconds(learner or server_pid), resource.getrusage(0))
     load = os.getloadavg()[0]
     started = time.perf_counter()
     rec = run()
     elapsed = time.perf_counter() - started
-    cpu1 = (cpu_seconds(server_pid), cpu_seconds(learner), resource.getrusage(0))
+    cpu1 = (cpu_seconds(server_pid), cpu_seconds(learner or server_pid), resource.getrusage(0))
     after = httpx.get(base + "/v1/model", timeout=10).json()
     learned = after["constraints_consumed"] - before["constraints_consumed"]
     client_cpu = sum(getattr(cpu1[2], f) - getattr(cpu0[2], f) for f in ("ru_utime", "ru_stime"))
@@ -212,12 +213,12 @@ def phase(
         "stream_left_after": sum(after["lag"].values()),
         "cpu_cores": {
             "serving_process": (cpu1[0] - cpu0[0]) / elapsed,
-            "learner_process": (cpu1[1] - cpu0[1]) / elapsed,
+            "learner_process": (cpu1[1] - cpu0[1]) / elapsed if learner else None,
             "client": client_cpu / elapsed,
         },
         "load_average_1m_before": load,
     }
-    if result["stream_left_after"] == 0:
+    if after["lag"] and result["stream_left_after"] == 0:
         result["warning"] = "the stream ran out during this phase: use a longer --constraints"
     print(json.dumps(result), flush=True)
     return result

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from oahu.inference import GalleryIndex
-from oahu.learner import Learner, MetricKind
+from oahu.learner import MetricKind
 
 
 class MatmulGalleryIndex(GalleryIndex):
@@ -35,30 +35,11 @@ class MatmulGalleryIndex(GalleryIndex):
         metric: MetricKind = "l2",
         ids: np.ndarray | None = None,
     ) -> None:
-        # GalleryIndex.__init__ would also build the faiss indexes this class never searches;
-        # validate with it on an empty gallery of the same shape instead.
+        super().__init__(embeddings, labels, metric, ids)  # validates
+        self._indexes = []  # the faiss copies of the gallery: never searched here
         emb = np.ascontiguousarray(embeddings, dtype=np.float32)
-        if emb.ndim != 3:
-            raise ValueError(f"embeddings: expected (n_depths, n_items, dim), got {emb.shape}")
-        super().__init__(emb[:, :0], None, metric, None)
-        self.n_items = emb.shape[1]
-        for name, arr in (("labels", labels), ("ids", ids)):
-            if arr is not None and len(arr) != self.n_items:
-                raise ValueError(f"{name}: expected {self.n_items} entries, got {len(arr)}")
-        self.labels = None if labels is None else np.asarray(labels)
-        self.ids = None if ids is None else np.asarray(ids)
         self._gallery_t = torch.from_numpy(emb).transpose(1, 2).contiguous()  # (D, dim, N)
         self._sq_norms = torch.from_numpy(np.einsum("dne,dne->dn", emb, emb))  # (D, N)
-
-    @classmethod
-    def from_learner(
-        cls,
-        learner: Learner,
-        x: np.ndarray,
-        labels: np.ndarray | None = None,
-        ids: np.ndarray | None = None,
-    ) -> MatmulGalleryIndex:
-        return cls(learner.embed(x, role="gallery"), labels, learner.metric, ids)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest gallery items per depth, as ``GalleryIndex.search``."""
