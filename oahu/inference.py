@@ -52,6 +52,10 @@ class GalleryIndex:
                 raise ValueError(f"{name}: expected {n_items} entries, got {len(arr)}")
         self.metric = metric
         self.labels = None if labels is None else np.asarray(labels)
+        # Fixed per index, so classification need not recompute them per query batch.
+        self.classes, self.class_of_item = (
+            (None, None) if labels is None else np.unique(self.labels, return_inverse=True)
+        )
         self.ids = None if ids is None else np.asarray(ids)
         self.n_depths, self.n_items, self.dim = emb.shape
         factory = faiss.IndexFlatIP if metric == "ip" else faiss.IndexFlatL2
@@ -131,11 +135,11 @@ def classify(
     index: GalleryIndex, queries: np.ndarray, alpha: np.ndarray, k: int = 5
 ) -> Classification:
     """kNN classification of Eq. 23-25 over all depths (ties go to the smallest label)."""
-    if index.labels is None:
+    if index.classes is None:
         raise ValueError("index: the gallery has no labels to classify with")
     dissim, pos = index.search(queries, k)
     scores = neighbour_scores(dissim, alpha)
-    classes, class_of_item = np.unique(index.labels, return_inverse=True)
+    classes, class_of_item = index.classes, index.class_of_item
     n_queries = queries.shape[1]
     neighbour_class = class_of_item[np.maximum(pos, 0)]
     query_of = np.broadcast_to(np.arange(n_queries)[None, :, None], pos.shape)
