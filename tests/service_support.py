@@ -18,6 +18,9 @@ import torch
 
 from oahu.learner import Learner
 from oahu.registry import make_learner
+from oahu.service.learner_process import ParentLink
+from oahu.service.metrics import LearningMetrics
+from oahu.service.snapshot import ReindexSchedule
 from streams.stream_file import ConstraintStream, build_stream
 
 REPO = Path(__file__).resolve().parents[1]
@@ -140,3 +143,10 @@ class ServiceProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
+
+
+def failing_learner(detail: str, inbox: Any, outbox: Any) -> None:
+    """A learner process that reports ``detail`` as its failure and exits 1, as
+    ``oahu.service.learning.learner_main`` does when learning raises."""
+    ParentLink(outbox, ReindexSchedule(), LearningMetrics()).fail(detail)
+    raise SystemExit(1)

@@ -10,6 +10,7 @@ import httpx
 from service_support import (
     ServiceProcess,
     assert_same_model,
+    failing_learner,
     make_stream,
     train_reference,
     wait_until,
@@ -17,6 +18,7 @@ from service_support import (
 
 from oahu.cli.produce import encode_stream
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
+from oahu.service.learner_process import LearnerProcess
 from streams.stream_file import ConstraintStream
 
 
@@ -105,3 +107,17 @@ def test_items_added_through_the_api_resolve_in_the_learner(tmp_path: Path):
     learner, progress = read_checkpoint(checkpoint_path(state))
     assert progress.consumed == 51 and learner.constraints_learned == 51
     assert not progress.dead_letters
+
+
+def test_a_failing_learner_process_reports_why_and_counts_as_finished():
+    states, families = [], []
+    process = LearnerProcess(
+        failing_learner, ("boom: no source",), {"constraints_consumed": 0}, states.append,
+        families.append,
+    )  # fmt: skip
+    process.start()
+    assert process.finished.wait(60)
+    assert process.error == "boom: no source" and not process.alive
+    assert process.wait_items(1, timeout=1) is False  # nobody left to apply item changes
+    assert states == [] and families == [] and process.status == {"constraints_consumed": 0}
+    process.stop()  # already finished: returns at once

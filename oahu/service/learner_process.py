@@ -24,6 +24,7 @@ import io
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -163,8 +164,18 @@ class LearnerProcess:
         return self._started and not self.finished.is_set()
 
     def start(self) -> None:
-        """Spawn the process. Call it from a thread that lives as long as the service."""
-        self._process.start()
+        """Spawn the process (call it from the main thread)."""
+        # Ignored signals stay ignored across exec: a Ctrl-C or SIGTERM to the whole process
+        # group while the child still imports must not kill it half-started; it installs its
+        # own handlers before learning, and our stop message ends it cleanly.
+        signals = (signal.SIGINT, signal.SIGTERM)
+        previous = [signal.signal(sig, signal.SIG_IGN) for sig in signals]
+        try:
+            self._process.start()
+        finally:
+            for sig, handler in zip(signals, previous, strict=True):
+                if handler is not None:  # None: installed outside Python, left alone
+                    signal.signal(sig, handler)
         self._started = True
         # our copies of the child's ends: closing them lets each side see the other's exit
         self._inbox_r.close()
@@ -175,7 +186,8 @@ class LearnerProcess:
         """Ask the learner to stop (finish the update, checkpoint, commit) and wait for it."""
         if not self._started:
             return
-        self._send(STOP, None)
+        if not self.finished.is_set():
+            self._send(STOP, None)
         self.finished.wait()  # only the reader joins the process: concurrent joins race
         self._inbox_w.close()
 
