@@ -80,13 +80,26 @@ def evaluate(
     n_pairs: int = 10_000,
     recall_ks: tuple[int, ...] = RECALL_KS,
     seed: int = 0,
+    max_queries: int | None = None,
 ) -> Evaluation:
-    """Classification, verification and retrieval quality of ``learner`` (see module doc)."""
+    """Classification, verification and retrieval quality of ``learner`` (see module doc).
+
+    ``max_queries`` evaluates a seeded random subset of that many queries instead of all of them
+    (an unbiased estimate, for sweeps where the full test split costs too much); the galleries
+    stay whole.
+    """
     y = np.asarray(y)
     alpha = learner.alpha
+    query_idx = np.asarray(query_idx)
+    subset = np.arange(len(query_idx))
+    if max_queries is not None and max_queries < len(query_idx):
+        if max_queries < 1:
+            raise ValueError(f"max_queries: must be >= 1, got {max_queries}")
+        rng = np.random.default_rng([seed, 0x51])
+        subset = np.sort(rng.choice(len(query_idx), size=max_queries, replace=False))
     gallery = learner.embed(X[gallery_idx], role="gallery")
-    queries = learner.embed(X[query_idx], role="query")
-    query_labels = y[query_idx]
+    queries = learner.embed(X[query_idx[subset]], role="query")
+    query_labels = y[query_idx[subset]]
 
     index = GalleryIndex(gallery, y[gallery_idx], learner.metric)
     predicted = classify(index, queries, alpha, k=k).labels
@@ -94,17 +107,17 @@ def evaluate(
     macro_f1 = float(f1_score(query_labels, predicted, average="macro"))
     del index, gallery
 
-    # Queries double as the retrieval gallery; a similarity learner embeds that side differently.
-    queries_as_gallery = (
-        learner.embed(X[query_idx], role="gallery") if learner.metric == "ip" else queries
-    )
+    # The whole query split is the retrieval gallery; a similarity learner embeds it differently.
+    test_labels = y[query_idx]
+    if learner.metric == "ip" or len(subset) < len(query_idx):
+        test_gallery = learner.embed(X[query_idx], role="gallery")
+    else:
+        test_gallery = queries
     i, j, same = verification_pairs(query_labels, n_pairs, seed)
-    score = verify(queries[:, i], queries_as_gallery[:, j], alpha, metric=learner.metric).score
+    score = verify(queries[:, i], test_gallery[:, subset[j]], alpha, metric=learner.metric).score
     auc = float(roc_auc_score(same, score))
 
-    test_index = GalleryIndex(queries_as_gallery, query_labels, learner.metric)
-    found = retrieve(
-        test_index, queries, alpha, k=max(recall_ks), exclude=np.arange(len(query_idx))
-    ).positions
-    retrieved_labels = np.where(found >= 0, query_labels[np.maximum(found, 0)], -1)
+    test_index = GalleryIndex(test_gallery, test_labels, learner.metric)
+    found = retrieve(test_index, queries, alpha, k=max(recall_ks), exclude=subset).positions
+    retrieved_labels = np.where(found >= 0, test_labels[np.maximum(found, 0)], -1)
     return Evaluation(error, macro_f1, auc, recall_at(retrieved_labels, query_labels, recall_ks))

@@ -127,6 +127,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="test pairs sampled for the verification AUC (default: 10000)",
     )
     p.add_argument(
+        "--max-queries",
+        type=int,
+        default=None,
+        metavar="N",
+        help="evaluate on a seeded random N of the test queries instead of all (galleries stay "
+        "whole; for sweeps; default: all)",
+    )
+    p.add_argument(
         "--save-model",
         metavar="FILE",
         default=None,
@@ -211,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         k=args.k,
         n_pairs=args.pairs,
         seed=args.seed,
+        max_queries=args.max_queries,
     )
     report = {
         **result.to_dict(),
