@@ -91,16 +91,17 @@ def summarise(records: list[dict]) -> dict[str, dict[str, float]]:
     return out
 
 
-def markdown(summary: dict, seeds: list[int]) -> str:
+def markdown(rows: dict) -> str:
     lines = [
-        "| row | error | macro-F1 | U | AUC | Recall@1 | triplets/s |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| row | seeds | error | macro-F1 | U | AUC | Recall@1 | triplets/s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for row, stats in summary.items():
+    for row, entry in rows.items():
+        stats = entry["summary"]
         cells = [f"{stats[m]['mean']:.4f} ± {stats[m]['std']:.4f}" for m in METRICS[:-1]]
         cells.append(f"{stats['triplets_per_s']['mean']:.0f}")
-        lines.append(f"| {row} | " + " | ".join(cells) + " |")
-    lines.append(f"\nmean ± std over seeds {', '.join(map(str, seeds))}")
+        seeds = ",".join(map(str, entry["seeds"]))
+        lines.append(f"| {row} | {seeds} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -114,25 +115,24 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     out_dir = RESULTS / "oahu-fashion"
-    summary, runs = {}, {}
+    summary_path = RESULTS / "oahu-fashion.json"
+    # Rows merge into the stored summary: rows may be measured over different seed sets.
+    stored = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    rows = stored.get("rows", {})
     for row in args.rows:
         records = [run_one(row, s, args.constraints, args.device, out_dir) for s in args.seeds]
         for r in records:
             print(f"{row} seed {r['seed']}: error {r['error']:.4f}", file=sys.stderr, flush=True)
-        summary[row] = summarise(records)
-        runs[row] = [{k: r[k] for k in ("seed", "command", "error", "macro_f1")} for r in records]
-    (RESULTS / "oahu-fashion.json").write_text(
-        json.dumps(
-            {
-                "seeds": args.seeds,
-                "constraints": args.constraints,
-                "summary": summary,
-                "runs": runs,
-            },
-            indent=1,
-        )
+        rows[row] = {
+            "seeds": args.seeds,
+            "summary": summarise(records),
+            "runs": [{k: r[k] for k in ("seed", "command", "error", "macro_f1")} for r in records],
+        }
+    ordered = {row: rows[row] for row in ROWS if row in rows}
+    summary_path.write_text(
+        json.dumps({"constraints": args.constraints, "rows": ordered}, indent=1)
     )
-    print(markdown(summary, args.seeds))
+    print(markdown(ordered))
 
 
 if __name__ == "__main__":
