@@ -112,8 +112,8 @@ def test_items_added_through_the_api_resolve_in_the_learner(tmp_path: Path):
 def test_a_failing_learner_process_reports_why_and_counts_as_finished():
     states, families = [], []
     process = LearnerProcess(
-        failing_learner, ("boom: no source",), {"constraints_consumed": 0}, states.append,
-        families.append,
+        failing_learner, ("boom: no source",), b"state", {"constraints_consumed": 0},
+        states.append, families.append,
     )  # fmt: skip
     process.start()
     assert process.finished.wait(60)

@@ -125,7 +125,8 @@ class Service:
         )
         self.learning = LearnerProcess(
             learner_main,
-            (config, state_bytes(self.learner), progress.to_extra()),
+            (config,),
+            (state_bytes(self.learner), progress.to_extra()),
             {
                 **model_status(self.learner, progress, progress, checkpoint_path(state_dir)),
                 "source_ready": False,
@@ -207,7 +208,7 @@ class Service:
     # ------------------------------------------------------------------ running
     def start(self) -> None:
         """Start the snapshot builder, the query worker and the learner process (not the HTTP
-        server). Call it from the main thread."""
+        server)."""
         self.publisher.start()
         self.publisher.offer(self.learner, force=True)
         self.engine.start()
@@ -239,15 +240,14 @@ class Service:
                 lifespan="off",
             )
         )
-        self.start()
         http = threading.Thread(target=server.run, name="oahu-http", daemon=True)
         http.start()
         while not server.started and http.is_alive():
             time.sleep(0.05)
         if not http.is_alive():
             log.error("the HTTP server did not start on %s", self.config.http)
-            self.shutdown()
             return 1
+        self.start()
         self._announce(host, server)
         while not (self.stop_event.is_set() or self.finished.is_set()):
             self.stop_event.wait(0.2)

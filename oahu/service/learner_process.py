@@ -10,8 +10,13 @@ threads or native thread pools is inherited). The two talk over two one-way pipe
   due; the serving process builds the gallery index itself), ``report`` (the status for
   /v1/model and the learner's metric families for /metrics), ``ack`` (an item change applied),
   ``error`` (a traceback, before it exits 1);
-* serving → learner: ``items`` (an ``ItemChange`` made through the API; the serving process
-  wrote it durably first), ``stop`` (finish the update, checkpoint, commit, exit 0).
+* serving → learner: ``start`` (first: the learner state and stream progress to continue from),
+  ``items`` (an ``ItemChange`` made through the API; the serving process wrote it durably
+  first), ``stop`` (finish the update, checkpoint, commit, exit 0).
+
+The spawn arguments stay small and the state goes through the pipe: multiprocessing writes the
+arguments from ``Process.start`` and, when they overflow the pipe buffer, waits for the child
+to read them after its imports (seconds), forever if it dies first.
 
 The learner process dies with the serving process: its reader gets end-of-file when the parent
 is gone (a ``kill -9`` included) and exits at once, exactly like a crash of the whole service,
@@ -41,9 +46,10 @@ from oahu.service.snapshot import ReindexSchedule
 log = logging.getLogger(__name__)
 
 STATE, REPORT, ACK, ERROR = "state", "report", "ack", "error"  # learner → serving
-ITEMS, STOP = "items", "stop"  # serving → learner
+START, ITEMS, STOP = "start", "items", "stop"  # serving → learner
 EXIT_ORPHANED = 3  # the learner process's exit code when the serving process vanished
 REPORT_INTERVAL_SECONDS = 0.05  # status reports at most this often, unless forced
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _CONTEXT = multiprocessing.get_context("spawn")
 
 
@@ -121,8 +127,9 @@ def listen(inbox: Connection, apply: Callable[[ItemChange], None], link: ParentL
 class LearnerProcess:
     """The learner process as the serving process sees it.
 
-    ``start`` spawns ``target(*args, inbox, outbox)``; a reader thread hands learner states to
-    ``on_state``, metric families to ``on_families`` and keeps the latest ``status``.
+    ``start`` spawns ``target(*args, inbox, outbox)``, whose first message is ``initial``; a
+    reader thread hands learner states to ``on_state``, metric families to ``on_families`` and
+    keeps the latest ``status``.
     ``forward`` sends an item change, ``wait_items`` waits until it is applied, ``stop`` asks for
     a clean stop and waits for the process to exit. ``finished`` is set once it has exited;
     ``error`` then says why if it failed.
@@ -132,6 +139,7 @@ class LearnerProcess:
         self,
         target: Callable[..., None],
         args: tuple[Any, ...],
+        initial: Any,
         status: dict[str, Any],
         on_state: Callable[[dict[str, Any]], None],
         on_families: Callable[[list[Any]], None],
@@ -151,6 +159,7 @@ class LearnerProcess:
         )
         self._reader = threading.Thread(target=self._read, name="oahu-learner-link", daemon=True)
         self._send_lock = threading.Lock()
+        self._initial: Any = initial  # None once sent
         self._acked = 0
         self._acked_cond = threading.Condition()
         self._started = False
@@ -164,16 +173,16 @@ class LearnerProcess:
         return self._started and not self.finished.is_set()
 
     def start(self) -> None:
-        """Spawn the process (call it from the main thread)."""
-        # Ignored signals stay ignored across exec: a Ctrl-C or SIGTERM to the whole process
-        # group while the child still imports must not kill it half-started; it installs its
-        # own handlers before learning, and our stop message ends it cleanly.
-        signals = (signal.SIGINT, signal.SIGTERM)
-        previous = [signal.signal(sig, signal.SIG_IGN) for sig in signals]
+        """Spawn the process."""
+        # Ignored signals stay ignored across exec (handled ones do not, nor does a blocked
+        # mask): a Ctrl-C or SIGTERM to the process group while the child still imports must
+        # not kill it half-started. It installs its own handlers first thing; our stop message
+        # covers what it missed. Here the window is the few milliseconds of fork and exec.
+        previous = [signal.signal(sig, signal.SIG_IGN) for sig in STOP_SIGNALS]
         try:
             self._process.start()
         finally:
-            for sig, handler in zip(signals, previous, strict=True):
+            for sig, handler in zip(STOP_SIGNALS, previous, strict=True):
                 if handler is not None:  # None: installed outside Python, left alone
                     signal.signal(sig, handler)
         self._started = True
@@ -207,14 +216,20 @@ class LearnerProcess:
                 self._acked_cond.wait(left)
             return self._acked >= version
 
-    def _send(self, kind: str, payload: Any) -> None:
+    def _send(self, kind: str | None, payload: Any = None) -> None:
+        """Send a message (``kind`` None: only make sure ``initial`` went first)."""
         try:
             with self._send_lock:
-                self._inbox_w.send((kind, payload))
+                if self._initial is not None:
+                    initial, self._initial = self._initial, None
+                    self._inbox_w.send((START, initial))  # waits for the child's imports
+                if kind is not None:
+                    self._inbox_w.send((kind, payload))
         except OSError as exc:  # it has exited; the reader reports how
             log.warning("learner process unreachable (%r); %s not delivered", exc, kind)
 
     def _read(self) -> None:
+        self._send(None)
         while True:
             try:
                 kind, payload = self._outbox_r.recv()

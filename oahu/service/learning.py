@@ -24,7 +24,14 @@ from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import Progress, checkpoint_path
 from oahu.service.config import ServiceConfig, configure_logging
 from oahu.service.consumer import ConsumerLoop
-from oahu.service.learner_process import ParentLink, listen, state_from_bytes
+from oahu.service.learner_process import (
+    EXIT_ORPHANED,
+    START,
+    STOP_SIGNALS,
+    ParentLink,
+    listen,
+    state_from_bytes,
+)
 from oahu.service.metrics import LearningMetrics
 from oahu.service.native_threads import use_native_threads
 from oahu.service.snapshot import ReindexSchedule, learner_from_state
@@ -144,18 +151,17 @@ def build_loop(
     return loop
 
 
-def learner_main(
-    config: ServiceConfig,
-    state: bytes,
-    progress: dict[str, Any],
-    inbox: Connection,
-    outbox: Connection,
-) -> None:
-    """Entry point of the learner process: learn from ``state`` and ``progress`` (the checkpoint
-    or a new model, as the serving process read it) until stopped."""
+def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -> None:
+    """Entry point of the learner process: learn from the state and progress in the first
+    message (the checkpoint or a new model, as the serving process read it) until stopped."""
     stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):  # Ctrl-C reaches the whole process group
+    for sig in STOP_SIGNALS:  # Ctrl-C reaches the whole process group
         signal.signal(sig, lambda *_: stop.set())
+    try:
+        kind, (state, progress) = inbox.recv()
+    except (EOFError, OSError):  # the serving process is gone already
+        raise SystemExit(EXIT_ORPHANED) from None
+    assert kind == START, kind
     configure_logging(config.log_level)
     os.nice(config.learner_nice)
     use_native_threads(config.threads)
