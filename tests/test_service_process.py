@@ -1,12 +1,11 @@
-"""The learner process of ``oahu run``: it dies with the service, stops cleanly with it, and
-learns from items added through the API (file sources; services run as subprocesses)."""
+"""The learner process of ``oahu run``: it dies with the service, stops cleanly with it, starts
+from the items added through the API, and reports its failures (file sources; services run as
+subprocesses)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import httpx
 from service_support import (
     ServiceProcess,
     assert_same_model,
@@ -16,9 +15,12 @@ from service_support import (
     wait_until,
 )
 
+from connectors.items import ItemStore
 from oahu.cli.produce import encode_stream
+from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.learner_process import LearnerProcess
+from oahu.service.learning import OVERLAY_FILE
 from streams.stream_file import ConstraintStream
 
 
@@ -78,35 +80,29 @@ def test_sigterm_checkpoints_what_was_learned_and_exits_0(tmp_path: Path):
     assert_same_model(learner, train_reference(stream, rows=slice(0, consumed)))
 
 
-def test_items_added_through_the_api_resolve_in_the_learner(tmp_path: Path):
-    """Items POSTed to one run are in the learner's replica of the next (the overlay file)."""
+def test_items_added_through_the_api_before_a_start_resolve_in_the_learner(tmp_path: Path):
+    """The learner's item replica starts from the API overlay file (the live path, changes
+    sent while it runs, is tested against Kafka in test_service_kafka.py)."""
     stream_file = make_stream(tmp_path, 50, seed=2)
     stream = ConstraintStream.load(stream_file)
     state = tmp_path / "state"
-    common = ["--checkpoint-dir", str(state), "--gallery", str(stream_file), "--n-features", "64"]
-    first = ServiceProcess(["--source", stream_file.as_uri(), *common], tmp_path / "a.log")
-    first.wait_serving()
-    new = [{"id": f"new-{i}", "x": stream.X[i].tolist()} for i in range(3)]
-    answer = httpx.post(first.base + "/v1/items", json={"items": new, "gallery": False})
-    assert answer.status_code == 200 and answer.json()["items_version"] == 1
-    assert first.terminate() == 0
-    # a message file naming the new ids: the learner must resolve them, not dead-letter them
+    state.mkdir()
+    api_catalog = Catalog(ItemStore(dim=64), ItemStore(dim=64), state / OVERLAY_FILE)
+    api_catalog.add(["new-0", "new-1", "new-2"], stream.X[:3])  # what POST /v1/items does
     message = (
         b'{"v":1,"kind":"triplet","anchor":{"id":"new-0"},"positive":{"id":"new-1"},'
         b'"negative":{"id":"new-2"}}'
     )
     messages = tmp_path / "messages.txt"
-    messages.write_bytes(
-        b"\n".join([message, *encode_stream(stream_file, "json", inline=True)]) + b"\n"
-    )
-    os.remove(checkpoint_path(state))  # a new model; the items overlay stays
-    second = ServiceProcess(
-        ["--source", messages.as_uri(), "--exit-at-end", *common], tmp_path / "b.log"
-    )
-    assert second.proc.wait(timeout=120) == 0, second.output()
+    messages.write_bytes(b"\n".join([message, *encode_stream(stream_file, "json", inline=True)]))
+    service = ServiceProcess(
+        ["--source", messages.as_uri(), "--exit-at-end", "--checkpoint-dir", str(state),
+         "--gallery", str(stream_file)], tmp_path / "service.log",
+    )  # fmt: skip
+    assert service.proc.wait(timeout=120) == 0, service.output()
     learner, progress = read_checkpoint(checkpoint_path(state))
     assert progress.consumed == 51 and learner.constraints_learned == 51
-    assert not progress.dead_letters
+    assert not progress.dead_letters and progress.items_version == 1
 
 
 def test_a_failing_learner_process_reports_why_and_counts_as_finished():
