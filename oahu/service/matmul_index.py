@@ -4,9 +4,10 @@
 queries (and calls its bundled BLAS above): a batch of concurrent queries then costs as much as
 answering them one by one, ~3 ms each for a 35,000-item, 6-depth gallery on the 2-core test
 box. Here a batch is one GEMM per depth (MKL through torch, single-threaded) into a block that
-stays in cache, then ``torch.topk``; measured 2-5x cheaper for batches of 2-50 and on par for
-one query. The search is still exhaustive and exact (the paper's kNN); only float rounding of
-the distance differs from faiss, which can swap exact ties.
+stays in cache, then a blocked top-k (``smallest_k``, 4-5x faster than ``torch.topk`` over
+35,000 columns); measured 2-5x cheaper than faiss for batches of 2-50 and ~1.5x for one query.
+The search is still exhaustive and exact (the paper's kNN); only float rounding of the distance
+differs from faiss, which can swap exact ties.
 """
 
 from __future__ import annotations
@@ -16,6 +17,29 @@ import torch
 
 from oahu.inference import GalleryIndex
 from oahu.learner import MetricKind
+
+BLOCK = 512  # columns per block of smallest_k; the gallery is padded to a multiple of it
+
+
+def smallest_k(
+    values: torch.Tensor, k: int, block: int = BLOCK
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` smallest entries of each row of ``values`` (Q, n·block), ascending, and their
+    columns: exact, because a block holding one of them has its minimum at most the k-th
+    smallest block minimum, so the k blocks with the smallest minima hold them all (exact ties
+    aside) and ``torch.topk`` runs over k blocks instead of the whole row.
+
+    >>> v = torch.tensor([[5.0, 1.0, 7.0, 0.0, 3.0, 2.0, 9.0, 8.0]])
+    >>> smallest_k(v, 3, block=2)
+    (tensor([[0., 1., 2.]]), tensor([[3, 1, 5]]))
+    """
+    q, n = values.shape
+    blocks = values.view(q, n // block, block)
+    kb = min(k, n // block)
+    _, best = torch.topk(blocks.amin(dim=2), kb, dim=1, largest=False)  # (Q, kb)
+    picked = torch.gather(blocks, 1, best[:, :, None].expand(q, kb, block))
+    found, at = torch.topk(picked.reshape(q, kb * block), k, dim=1, largest=False)
+    return found, best.gather(1, at // block) * block + at % block
 
 
 class MatmulGalleryIndex(GalleryIndex):
@@ -37,9 +61,15 @@ class MatmulGalleryIndex(GalleryIndex):
     ) -> None:
         super().__init__(embeddings, labels, metric, ids)  # validates
         self._indexes = []  # the faiss copies of the gallery: never searched here
-        emb = np.ascontiguousarray(embeddings, dtype=np.float32)
-        self._gallery_t = torch.from_numpy(emb).transpose(1, 2).contiguous()  # (D, dim, N)
-        self._sq_norms = torch.from_numpy(np.einsum("dne,dne->dn", emb, emb))  # (D, N)
+        emb = torch.from_numpy(np.ascontiguousarray(embeddings, dtype=np.float32))
+        n_padded = -(-self.n_items // BLOCK) * BLOCK
+        self._gallery_t = torch.zeros(self.n_depths, self.dim, n_padded)  # (D, dim, N padded)
+        self._gallery_t[:, :, : self.n_items] = emb.transpose(1, 2)
+        # partial distance = bias + alpha·q·g, smallest first: |g|² − 2q·g for l2 (|q|² added
+        # back after), −q·g for ip; padding columns are +inf and never chosen
+        self._alpha = -1.0 if metric == "ip" else -2.0
+        self._bias = torch.full((self.n_depths, n_padded), float("inf"))
+        self._bias[:, : self.n_items] = 0.0 if metric == "ip" else (emb * emb).sum(-1)
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest gallery items per depth, as ``GalleryIndex.search``."""
@@ -57,16 +87,14 @@ class MatmulGalleryIndex(GalleryIndex):
             return dissim, pos
         qt = torch.from_numpy(q)
         for depth in range(self.n_depths):  # one (Q, N) block at a time stays in cache
-            if self.metric == "ip":
-                scores = torch.mm(qt[depth], self._gallery_t[depth])
-                best, rows = torch.topk(scores, found, dim=1)
-                dissim[depth, :, :found] = -best.numpy()
-            else:  # |q - g|² = |q|² + |g|² - 2 q·g; the |q|² term does not change the order
-                partial = torch.addmm(
-                    self._sq_norms[depth][None, :], qt[depth], self._gallery_t[depth], alpha=-2.0
-                )
-                best, rows = torch.topk(partial, found, dim=1, largest=False)
+            partial = torch.addmm(
+                self._bias[depth][None, :], qt[depth], self._gallery_t[depth], alpha=self._alpha
+            )
+            best, columns = smallest_k(partial, found)
+            if self.metric == "ip":  # −q·g is the dissimilarity GalleryIndex reports
+                dissim[depth, :, :found] = best.numpy()
+            else:  # |q − g|² = |q|² + |g|² − 2q·g
                 sq = best.numpy() + np.einsum("qe,qe->q", q[depth], q[depth])[:, None]
                 dissim[depth, :, :found] = np.sqrt(np.maximum(sq, 0.0))
-            pos[depth, :, :found] = rows.numpy()
+            pos[depth, :, :found] = columns.numpy()
         return dissim, pos
