@@ -19,7 +19,7 @@ from service_support import (
 
 from connectors.dead_letter import read_dead_letters
 from oahu.cli.produce import encode_stream
-from oahu.registry import LEARNER_NAMES
+from oahu.registry import LEARNER_NAMES, make_learner
 from oahu.service.app import Service
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
@@ -129,3 +129,24 @@ def test_the_embedded_default_command(tmp_path: Path):
     cached = tmp_path / "oahu-state" / "digits-300-seed0.npz"
     assert len(ConstraintStream.load(cached)) == 300
     assert np.isclose(learner.alpha.sum(), 1.0)
+
+
+def test_preprocessing_is_fitted_on_the_gallery_before_the_first_constraint(tmp_path: Path):
+    stream_file = make_stream(tmp_path, 80, seed=4)
+    stream = ConstraintStream.load(stream_file)
+    service = run_to_end(
+        stream_file,
+        tmp_path / "state",
+        learner="oahu",
+        learner_params={"preset": "tuned", "device": "cpu"},
+    )
+    saved, progress = read_checkpoint(checkpoint_path(tmp_path / "state"))
+    assert progress.consumed == 80 and saved.input_scaler.spec == "center"
+    # The file source's gallery is the stream's development split: the same statistics.
+    reference = make_learner("oahu", stream.n_features, preset="tuned", device="cpu")
+    reference.prepare(stream.X[stream.dev_idx])
+    assert np.allclose(saved.input_scaler.mean, reference.input_scaler.mean, atol=1e-6)
+    reference.learn_triplets(*stream.batch(0, len(stream)))
+    probe = stream.X[stream.test_idx[:20]]
+    assert np.allclose(saved.embed(probe), reference.embed(probe), atol=1e-4)
+    assert service.status["updates"] == 80
