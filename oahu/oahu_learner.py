@@ -30,8 +30,6 @@ from oahu.threads import intra_op_threads
 SKIP_NON_FINITE_LOSS = "non_finite_loss"
 _EMBED_CHUNK = 8192
 _DIST_EPS = 1e-12
-# Below this many triplets per step a CPU step runs on one intra-op thread (see oahu.threads).
-_SINGLE_THREAD_BELOW = 16
 
 
 class OAHU(Learner):
@@ -120,8 +118,8 @@ class OAHU(Learner):
         triplets = torch.from_numpy(np.stack([a, p, n], axis=1)).to(self.device)  # (N, 3, d)
         used = torch.zeros(len(triplets), dtype=torch.bool, device=self.device)
         size = self.config.batch_size
-        small_cpu_steps = self.device.type == "cpu" and size < _SINGLE_THREAD_BELOW
-        with intra_op_threads(1 if small_cpu_steps else None):
+        threads = self.config.cpu_threads if self._on_host and self.config.cpu_threads else None
+        with intra_op_threads(threads):
             for start in range(0, len(triplets), size):
                 block = triplets[start : start + size]
                 used[start : start + len(block)] = self._step(block)
