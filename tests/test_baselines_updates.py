@@ -11,7 +11,7 @@ import pytest
 from oahu.baselines._linalg import mahalanobis_factor
 from oahu.baselines.euclidean import Euclidean
 from oahu.baselines.lego import LEGO
-from oahu.baselines.oasis import OASIS
+from oahu.baselines.oasis import OASIS, PENDING_STEPS
 from oahu.baselines.opml import OPML
 from oahu.baselines.rdml import RDML
 
@@ -119,6 +119,25 @@ def test_oasis_no_update_when_loss_is_zero():
     assert used.tolist() == [False]
     np.testing.assert_array_equal(oasis.similarity_matrix, np.eye(3))
     assert (oasis.updates, oasis.constraints_used) == (0, 0)
+
+
+def test_oasis_pending_steps_give_the_step_by_step_w():
+    """W is kept as W_base + U Vᵀ between folds; across several folds (PENDING_STEPS = 32) it
+    matches the plain one-step-at-a-time OASIS loop up to round-off, decision for decision."""
+    rng = np.random.default_rng(4)
+    a, p, n = (rng.standard_normal((150, 6)).astype(np.float32) for _ in range(3))
+    oasis = OASIS(n_features=6, aggressiveness=0.05, preprocess="none")
+    used = oasis.learn_triplets(a[:70], p[:70], n[:70])
+    used = np.concatenate([used, oasis.learn_triplets(a[70:], p[70:], n[70:])])
+    w, expected_used = np.eye(6), []
+    for q, pos, neg in zip(a.astype(float), p.astype(float), n.astype(float), strict=True):
+        v = pos - neg
+        loss = 1.0 - q @ w @ v
+        expected_used.append(bool(loss > 0.0))
+        if loss > 0.0:
+            w += min(0.05, loss / ((q @ q) * (v @ v))) * np.outer(q, v)
+    assert used.tolist() == expected_used and sum(expected_used) > 2 * PENDING_STEPS
+    np.testing.assert_allclose(oasis.similarity_matrix, w, rtol=0, atol=1e-12)
 
 
 def test_oasis_embeddings_reproduce_the_bilinear_similarity():

@@ -70,9 +70,10 @@ def matvec(m: np.ndarray, x: np.ndarray) -> np.ndarray:
     return blas.dgemv(1.0, m, x)
 
 
-def rank1_update(m: np.ndarray, alpha: float, x: np.ndarray, y: np.ndarray) -> None:
-    """In place: ``M += alpha * x yᵀ`` for a general Fortran-ordered M."""
-    out = blas.dger(alpha, x, y, a=m, overwrite_a=1)
+def low_rank_update(m: np.ndarray, left: np.ndarray, right: np.ndarray) -> None:
+    """In place: ``M += left rightᵀ`` for a general Fortran-ordered M and thin d x k factors:
+    k rank-one updates in one pass over M (``dgemm``) instead of k passes (``dger``)."""
+    out = blas.dgemm(1.0, left, right, trans_b=1, beta=1.0, c=m, overwrite_c=1)
     if out is not m:
         m[...] = out
 
