@@ -76,12 +76,8 @@ class GalleryIndex:
         """Embed ``x`` with ``learner`` (gallery role) and index it."""
         return cls(learner.embed(x, role="gallery"), labels, learner.metric, ids)
 
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k nearest gallery items per depth: ``(dissimilarity, position)``, each (D, Q, k).
-
-        Dissimilarity is the Euclidean distance for ``"l2"`` and the negated inner product for
-        ``"ip"``; positions are rows of the gallery (−1 where the gallery has fewer than k items).
-        """
+    def _check_queries(self, queries: np.ndarray, k: int) -> np.ndarray:
+        """``queries`` as float32 (D, n, dim), or ``ValueError`` naming what is wrong."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
         if q.ndim != 3 or q.shape[0] != self.n_depths or q.shape[2] != self.dim:
             raise ValueError(
@@ -89,6 +85,15 @@ class GalleryIndex:
             )
         if k < 1:
             raise ValueError(f"k: must be >= 1, got {k}")
+        return q
+
+    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The k nearest gallery items per depth: ``(dissimilarity, position)``, each (D, Q, k).
+
+        Dissimilarity is the Euclidean distance for ``"l2"`` and the negated inner product for
+        ``"ip"``; positions are rows of the gallery (−1 where the gallery has fewer than k items).
+        """
+        q = self._check_queries(queries, k)
         dissim = np.empty((self.n_depths, q.shape[1], k), dtype=np.float32)
         pos = np.empty((self.n_depths, q.shape[1], k), dtype=np.int64)
         for depth, (index, depth_q) in enumerate(zip(self._indexes, q, strict=True)):

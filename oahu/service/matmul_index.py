@@ -73,13 +73,7 @@ class MatmulGalleryIndex(GalleryIndex):
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The k nearest gallery items per depth, as ``GalleryIndex.search``."""
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim != 3 or q.shape[0] != self.n_depths or q.shape[2] != self.dim:
-            raise ValueError(
-                f"queries: expected ({self.n_depths}, n, {self.dim}), got {tuple(q.shape)}"
-            )
-        if k < 1:
-            raise ValueError(f"k: must be >= 1, got {k}")
+        q = self._check_queries(queries, k)
         n_queries, found = q.shape[1], min(k, self.n_items)
         dissim = np.full((self.n_depths, n_queries, k), np.inf, dtype=np.float32)
         pos = np.full((self.n_depths, n_queries, k), -1, dtype=np.int64)
