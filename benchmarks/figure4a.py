@@ -60,15 +60,35 @@ def curves(
 
 
 def plot(figure: dict[str, Any], path: Path) -> None:
-    """Error against N (log axis), like the paper's Figure 4a, saved as PNG."""
+    """Error against N (log axis), like the paper's Figure 4a, saved as PNG: all rows on the
+    left, and on the right the same axes zoomed on the rows within 0.03 of the best."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig, axes = plt.subplots(1, 2, figsize=(12.0, 4.8))
+    for ax in axes:
+        draw_curves(ax, figure, plt.rcParams["axes.prop_cycle"].by_key()["color"])
+    means = [p["error"]["mean"] for c in figure["curves"].values() for p in c["points"]]
+    low = min(means)
+    close = [m for m in means if m <= low + 0.03]
+    axes[1].set_ylim(low - 0.004, max(close) + 0.004)
+    seeds = ("seeds " if len(figure["seeds"]) > 1 else "seed ") + ", ".join(
+        map(str, figure["seeds"])
+    )
+    axes[0].set_title(f"{figure['dataset']}: error vs constraints ({seeds})")
+    axes[1].set_title("zoomed on the rows within 0.03 of the best")
+    axes[0].legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def draw_curves(ax: Any, figure: dict[str, Any], colors: list[str]) -> None:
+    """One line per row (dashed and flat for rows that do not depend on N)."""
     sizes = figure["sizes"]
-    fig, ax = plt.subplots(figsize=(7.0, 4.5))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (label, curve) in enumerate(figure["curves"].items()):
         color = colors[i % len(colors)]
         means = [p["error"]["mean"] for p in curve["points"]]
@@ -83,14 +103,7 @@ def plot(figure: dict[str, Any], path: Path) -> None:
     ax.minorticks_off()
     ax.set_xlabel("number of constraints N (N/2 seeds + N/2 by closure)")
     ax.set_ylabel("test error rate (5-NN, Eq. 23-25)")
-    seeds = ", ".join(map(str, figure["seeds"]))
-    ax.set_title(f"{figure['dataset']}: error vs constraints (seeds {seeds})")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def markdown(figure: dict[str, Any], png: str) -> str:

@@ -150,6 +150,7 @@ def test_baselines_run_with_their_development_split_choice(tmp_path):
         "learning_rate=0.01",
     )
     assert rows["euclidean"].args == () and rows["rdml"].args == ()
+    assert rows["euclidean (center+unit)"].args == ("--set", "preprocess=center+unit")
     assert rows["oahu"].args == ("--preset", "paper")
     overridden = table_rows("digits", {"paper"}, ["lego=--set learning_rate=1"], ["lego"], tmp_path)
     assert [(r.label, r.args) for r in overridden] == [("lego", ("--set", "learning_rate=1"))]
