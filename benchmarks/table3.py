@@ -151,11 +151,19 @@ def override_args(rows: list[Row], overrides: Sequence[str]) -> list[Row]:
     return list(by_label.values())
 
 
-def replay_command(row: Row, dataset: str, constraints: int | str, seed: int | str) -> list[str]:
-    """The exact ``oahu replay`` command of one run (or a template, e.g. with seed "S")."""
+def replay_command(
+    row: Row, dataset: str, constraints: int | str, seed: int | str, stream: str | None = None
+) -> list[str]:
+    """The exact ``oahu replay`` command of one run (or a template, e.g. with seed "S"); with
+    ``stream``, the run reads that stream file instead of building ``dataset``'s."""
+    source = (
+        ["--stream", stream]
+        if stream
+        else ["--dataset", dataset, "--constraints", str(constraints)]
+    )
     return [
-        "oahu", "replay", "--dataset", dataset, "--constraints", str(constraints),
-        "--seed", str(seed), "--learner", row.learner, *row.args, "--json", "--no-progress",
+        "oahu", "replay", *source, "--seed", str(seed), "--learner", row.learner, *row.args,
+        "--json", "--no-progress",
     ]  # fmt: skip
 
 
