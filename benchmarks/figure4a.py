@@ -140,6 +140,11 @@ def plot(figure: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(12.0, 4.8))
     for ax in axes:
         draw_curves(ax, figure, plt.rcParams["axes.prop_cycle"].by_key()["color"])
+        ax.set_xlabel(
+            "number of constraints N, uniformly subsampled from the seed's 10k stream"
+            if figure.get("sampling") == "subsample"
+            else "number of constraints N (N/2 seeds + N/2 by closure)"
+        )
     means = [p["error"]["mean"] for c in figure["curves"].values() for p in c["points"]]
     low = min(means)
     close = [m for m in means if m <= low + 0.03]
@@ -172,9 +177,19 @@ def draw_curves(ax: Any, figure: dict[str, Any], colors: list[str]) -> None:
     ax.set_xscale("log")
     ax.set_xticks(sizes, [f"{n / 1000:g}k" if n >= 1000 else str(n) for n in sizes])
     ax.minorticks_off()
-    ax.set_xlabel("number of constraints N (N/2 seeds + N/2 by closure)")
     ax.set_ylabel("test error rate (5-NN, Eq. 23-25)")
     ax.grid(True, alpha=0.3)
+
+
+def error_cell(cell: dict[str, float] | None) -> str:
+    """``0.1324`` for one seed, ``0.1324 ± 0.0021`` for several, ``—`` for no run.
+
+    >>> error_cell({"mean": 0.13241, "std": 0.0, "n": 1}), error_cell(None)
+    ('0.1324', '—')
+    """
+    if cell is None:
+        return "—"
+    return f"{cell['mean']:.4f}" + (f" ± {cell['std']:.4f}" if cell["n"] > 1 else "")
 
 
 def markdown(figure: dict[str, Any], png: str) -> str:
@@ -189,7 +204,7 @@ def markdown(figure: dict[str, Any], png: str) -> str:
             cell = by_n.get(n) or (
                 curve["points"][0]["error"] if curve["independent_of_n"] else None
             )
-            cells.append("—" if cell is None else f"{cell['mean']:.3f} ± {cell['std']:.3f}")
+            cells.append(error_cell(cell))
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     commands = "\n".join(
         f"- {label}: `{curve['command']}`" + (" (independent of N)" * curve["independent_of_n"])
