@@ -1,4 +1,13 @@
-"""Small-array arithmetic that runs on numpy or torch alike."""
+"""Array arithmetic that runs on numpy or torch alike.
+
+A strict OAHU step is a few dozen operations on matrices of three rows. On the CPU each torch
+operation costs several microseconds of dispatch, which dominates such a step; numpy views of the
+same memory cost about a microsecond each. So on the CPU the step runs on numpy views of the torch
+tensors (the tensors stay the model's storage: checkpoints and serving see every update), and on
+a GPU it stays in torch, on the device. The functions here are the few places where the two
+libraries need different calls; everything else is written with calls both share (``@``,
+``xp.exp``, ``xp.where``, ``.clip(min=...)``, ...).
+"""
 
 from __future__ import annotations
 
@@ -7,17 +16,89 @@ from typing import Any
 
 import numpy as np
 import torch
+from scipy.linalg import blas
+
+Array = Any  # a numpy array or a torch tensor
 
 
 def namespace(x: Any) -> ModuleType:
     """``torch`` for a tensor, ``numpy`` otherwise.
 
-    The per-depth arithmetic of a step (ABTL, the hedge) touches a few dozen numbers. On the CPU it
-    runs on numpy views of the torch tensors, where an operation costs about a third of torch's
-    dispatch; on CUDA it stays in torch, on the device. The functions that use this are written
-    with calls both libraries share (``xp.exp``, ``xp.where``, ``.clip(min=...)``, ...).
-
     >>> namespace(torch.zeros(1)).__name__, namespace(np.zeros(1)).__name__
     ('torch', 'numpy')
     """
     return torch if isinstance(x, torch.Tensor) else np
+
+
+def host_view(t: torch.Tensor) -> np.ndarray:
+    """A numpy array sharing ``t``'s memory (``t`` on the CPU, float32, C-contiguous).
+
+    In-place writes through the view are in-place writes to the tensor; the float32 and layout
+    requirements are those of :func:`add_outer_`, checked here once rather than per step.
+    """
+    if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous():
+        raise ValueError(
+            f"host_view: needs a contiguous float32 CPU tensor, got {t.dtype} on {t.device}"
+        )
+    return t.numpy()
+
+
+def relu_(x: Array) -> Array:
+    """max(x, 0) in place; returns ``x``."""
+    if isinstance(x, torch.Tensor):
+        return x.relu_()
+    return np.maximum(x, 0.0, out=x)
+
+
+def relu_backward(grad: Array, output: Array) -> Array:
+    """The gradient through a ReLU given its output: zero where the output is <= 0."""
+    if isinstance(grad, torch.Tensor):
+        return torch.ops.aten.threshold_backward.default(grad, output, 0.0)
+    return grad * (output > 0.0)
+
+
+def row_norms(x: Array) -> Array:
+    """Euclidean norms over the last axis, which is kept (size 1)."""
+    if isinstance(x, torch.Tensor):
+        return torch.linalg.vector_norm(x, dim=-1, keepdim=True)
+    return np.sqrt(np.einsum("...i,...i->...", x, x))[..., None]
+
+
+def concat(parts: list[Array], axis: int) -> Array:
+    if isinstance(parts[0], torch.Tensor):
+        return torch.cat(parts, dim=axis)
+    return np.concatenate(parts, axis=axis)
+
+
+def add_outer_(out: Array, a: Array, b: Array, alpha: float) -> None:
+    """``out += alpha · aᵀ b`` in place, one fused GEMM: (m, r)ᵀ (m, c) into (r, c).
+
+    This is the gradient step of a weight matrix, whose gradient is a sum of outer products over
+    the m rows of a step. On numpy it is BLAS ``sgemm`` with β = 1 on the transposed (column-major)
+    view of ``out``, so the matrix is read and written once and nothing of its size is allocated.
+
+    >>> w = np.zeros((2, 3), np.float32)
+    >>> a, b = np.array([[1.0, 2.0]], np.float32), np.array([[1.0, 2.0, 3.0]], np.float32)
+    >>> add_outer_(w, a, b, 0.5)
+    >>> w.tolist()
+    [[0.5, 1.0, 1.5], [1.0, 2.0, 3.0]]
+    """
+    if isinstance(out, torch.Tensor):
+        out.addmm_(a.T, b, alpha=alpha)
+        return
+    # outᵀ (c, r) += alpha · bᵀ (c, m) · a (m, r); f2py passes bᵀ and aᵀ as column-major views.
+    result = blas.sgemm(alpha, b.T, a.T, beta=1.0, c=out.T, trans_b=1, overwrite_c=1)
+    if not np.may_share_memory(result, out):  # f2py copied out: the step would be lost
+        raise RuntimeError("add_outer_: the update was not in place (out must be float32, C order)")
+
+
+def add_batched_outer_(out: Array, a: Array, b: Array, alpha: float) -> None:
+    """``out[i] += alpha · a[i]ᵀ b[i]`` for every i, in place: (n, m, r), (n, m, c) into (n, r, c).
+
+    On numpy, one :func:`add_outer_` per i (the n depths of a network).
+    """
+    if isinstance(out, torch.Tensor):
+        out.baddbmm_(a.transpose(1, 2), b, alpha=alpha)
+        return
+    for out_i, a_i, b_i in zip(out, a, b, strict=True):
+        add_outer_(out_i, a_i, b_i, alpha)

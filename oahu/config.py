@@ -42,8 +42,8 @@ class OAHUConfig:
     init: Init = "kaiming"  # weight initialisation of hidden layers and heads
     head0_init_scale: float = 1.0  # multiplies E0's initial weights
     preprocess: str = "none"  # input preprocessing, see oahu.preprocessing
-    # Intra-op threads for learning steps on the CPU (0: torch's setting). One by default:
-    # a step's matrices are small, and on a shared machine OpenMP's fork/join in every
+    # BLAS threads for learning steps on the CPU (0: the libraries' own setting). One by
+    # default: a step's matrices are small, and on a shared machine the fork/join of every
     # parallel region stalls when another process holds a core (measured here under load:
     # micro-batch B = 256 at 12,862 triplets/s on 1 thread against 556/s on 2).
     cpu_threads: int = 1

@@ -5,10 +5,11 @@ depth, f(l)(x) = normalize(Θ(l) h(l)), l = 0..L, so that every embedding lies o
 
 The parameter step is written out by hand rather than through autograd: Eq. 21 (Θ(l) sees only
 its own depth's loss) and Eq. 22 (W(l) receives Σ_{j≥l} α(j)∇L(j)) are exactly what backprop gives,
-and doing it by hand lets each weight be updated in place with one fused ``addmm_``. That keeps a
-strict (one-triplet) step at a few dozen kernel launches, which is what bounds its speed on both
-CPU and GPU. ``tests/test_network.py`` checks the step against autograd and against a hand
-computation.
+and doing it by hand lets each weight be updated in place with one fused GEMM (``addmm_`` or BLAS
+``sgemm``). That keeps a strict (one-triplet) step at a few dozen small operations, whose per-call
+overhead is what bounds its speed: on the CPU the step runs on numpy views of the weights, where
+that overhead is smallest (:mod:`oahu.arrays`). ``tests/test_network_step.py`` checks the step
+against autograd and against a hand computation.
 """
 
 from __future__ import annotations
@@ -16,24 +17,34 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from oahu.arrays import (
+    Array,
+    add_batched_outer_,
+    add_outer_,
+    concat,
+    host_view,
+    namespace,
+    relu_,
+    relu_backward,
+    row_norms,
+)
 from oahu.config import OAHUConfig
 
 _NORM_EPS = 1e-12  # as torch.nn.functional.normalize
-# The kernel autograd itself uses for ReLU: zero the gradient where the output is <= 0, one op.
-_relu_backward = torch.ops.aten.threshold_backward.default
 
 
 @dataclass
 class ForwardCache:
     """What the backward pass needs from the forward pass."""
 
-    x: torch.Tensor  # (m, d)
-    hidden: torch.Tensor  # (L, m, H): h(1)..h(L)
-    raw: torch.Tensor  # (L+1, m, E): Θ(l) h(l) before normalisation
-    norms: torch.Tensor  # (L+1, m, 1): ‖Θ(l) h(l)‖ clamped at _NORM_EPS
-    embeddings: torch.Tensor  # (L+1, m, E): f(l)(x)
+    x: Array  # (m, d)
+    hidden: Array  # (L, m, H): h(1)..h(L)
+    raw: Array  # (L+1, m, E): Θ(l) h(l) before normalisation
+    norms: Array  # (L+1, m, 1): ‖Θ(l) h(l)‖ clamped at _NORM_EPS
+    embeddings: Array  # (L+1, m, E): f(l)(x)
 
 
 class MultiDepthNetwork:
@@ -112,6 +123,17 @@ class MultiDepthNetwork:
         self.biases = [b.to(device).contiguous() for b in self.biases]
         self.head0 = self.head0.to(device).contiguous()
         self.heads = self.heads.to(device).contiguous()
+        # numpy views of the same memory for the CPU step (see oahu.arrays); None on a GPU.
+        self._host = (
+            (
+                [host_view(w) for w in self.weights],
+                [host_view(b) for b in self.biases],
+                host_view(self.head0),
+                host_view(self.heads),
+            )
+            if self.head0.device.type == "cpu"
+            else None
+        )
         return self
 
     @property
@@ -119,51 +141,67 @@ class MultiDepthNetwork:
         return self.head0.device
 
     # ------------------------------------------------------------------ forward
-    def forward(self, x: torch.Tensor) -> ForwardCache:
-        """Embeddings at every depth, shape (L+1, m, E), plus what ``step`` needs."""
+    def forward(self, x: Array) -> ForwardCache:
+        """Embeddings at every depth, shape (L+1, m, E), plus what ``step`` needs.
+
+        ``x`` is a numpy array (CPU only: the step then runs on numpy views of the weights, see
+        :mod:`oahu.arrays`) or a tensor on the network's device.
+        """
+        weights, biases, head0, heads = self._parameters(x)
+        xp = namespace(x)
         hidden = []
         h = x
-        for w, b in zip(self.weights, self.biases, strict=True):
-            h = torch.addmm(b, h, w.T).relu_()
+        for w, b in zip(weights, biases, strict=True):
+            h = relu_(h @ w.T + b)
             hidden.append(h)
-        raw0 = (x @ self.head0.T).unsqueeze(0)
+        raw0 = (x @ head0.T)[None]
         if hidden:
-            stacked = torch.stack(hidden)
-            raw = torch.cat([raw0, torch.bmm(stacked, self.heads.transpose(1, 2))])
+            stacked = xp.stack(hidden)
+            raw = concat([raw0, stacked @ heads.swapaxes(1, 2)], axis=0)
         else:
-            stacked = x.new_zeros(0, x.shape[0], self.config.hidden_width)
+            width = (0, x.shape[0], self.config.hidden_width)
+            stacked = x.new_zeros(width) if xp is torch else np.zeros(width, x.dtype)
             raw = raw0
-        norms = raw.norm(dim=-1, keepdim=True).clamp_min_(_NORM_EPS)
+        norms = row_norms(raw).clip(min=_NORM_EPS)
         return ForwardCache(x, stacked, raw, norms, raw / norms)
 
-    def embed(self, x: torch.Tensor) -> torch.Tensor:
+    def embed(self, x: Array) -> Array:
         """f(l)(x) for l = 0..L: (L+1, m, E), rows of unit norm."""
         return self.forward(x).embeddings
 
+    def _parameters(self, x: Array) -> tuple[list[Array], list[Array], Array, Array]:
+        """The weights as the same kind of array as ``x``."""
+        if isinstance(x, torch.Tensor):
+            return self.weights, self.biases, self.head0, self.heads
+        if self._host is None:
+            raise TypeError(f"forward: numpy input needs a CPU network, not one on {self.device}")
+        return self._host
+
     # ------------------------------------------------------------------ step
-    def step(self, cache: ForwardCache, grad_embeddings: torch.Tensor, lr: float) -> None:
+    def step(self, cache: ForwardCache, grad_embeddings: Array, lr: float) -> None:
         """One gradient-descent step given ∂loss/∂f(l) for every depth (Eq. 21-22), in place.
 
         Every gradient is taken at the pre-step parameters: a layer's weights are updated only
         after the gradient flowing through them to the layer below has been computed.
         """
+        weights, biases, head0, heads = self._parameters(cache.x)
         f = cache.embeddings
         # Back through f = g/‖g‖: ∂g = (∂f − f(f·∂f))/‖g‖. (Where ‖g‖ was clamped, g ≈ 0 and the
         # f-term vanishes with it.)
-        radial = (f * grad_embeddings).sum(-1, keepdim=True)
-        grad_raw = torch.addcmul(grad_embeddings, f, radial, value=-1.0).div_(cache.norms)
-        self.head0.addmm_(grad_raw[0].T, cache.x, alpha=-lr)  # Eq. 21, l = 0
-        n_layers = len(self.weights)
+        radial = (f * grad_embeddings).sum(-1)[..., None]
+        grad_raw = (grad_embeddings - f * radial) / cache.norms
+        add_outer_(head0, grad_raw[0], cache.x, -lr)  # Eq. 21, l = 0
+        n_layers = len(weights)
         if not n_layers:
             return
-        grad_hidden = torch.bmm(grad_raw[1:], self.heads)  # (L, m, H), before Θ moves
-        self.heads.baddbmm_(grad_raw[1:].transpose(1, 2), cache.hidden, alpha=-lr)  # Eq. 21
+        grad_hidden = grad_raw[1:] @ heads  # (L, m, H), before Θ moves
+        add_batched_outer_(heads, grad_raw[1:], cache.hidden, -lr)  # Eq. 21
         grad_h = grad_hidden[n_layers - 1]
         for l in range(n_layers - 1, -1, -1):
-            grad_z = _relu_backward(grad_h, cache.hidden[l], 0.0)
+            grad_z = relu_backward(grad_h, cache.hidden[l])
             below = cache.hidden[l - 1] if l else cache.x
             if l:
                 # Eq. 22: layer l's input gradient collects every deeper head's loss.
-                grad_h = grad_hidden[l - 1] + grad_z @ self.weights[l]
-            self.weights[l].addmm_(grad_z.T, below, alpha=-lr)
-            self.biases[l].add_(grad_z.sum(0), alpha=-lr)
+                grad_h = grad_hidden[l - 1] + grad_z @ weights[l]
+            add_outer_(weights[l], grad_z, below, -lr)
+            biases[l] -= lr * grad_z.sum(0)

@@ -13,19 +13,20 @@ same code path as strict mode, so the two agree bit for bit.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any, Literal
 
 import numpy as np
 import torch
 
-from oahu.arrays import namespace
+from oahu.arrays import concat, namespace, row_norms
 from oahu.config import PRESETS, OAHUConfig
 from oahu.device import resolve_device
 from oahu.hedge import hedge_update
 from oahu.learner import Learner
 from oahu.loss import abtl_with_gradients
 from oahu.network import MultiDepthNetwork
-from oahu.threads import intra_op_threads
+from oahu.threads import blas_threads
 
 SKIP_NON_FINITE_LOSS = "non_finite_loss"
 _EMBED_CHUNK = 8192
@@ -115,55 +116,71 @@ class OAHU(Learner):
 
     # ---------------------------------------------------------------- learning
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
-        triplets = torch.from_numpy(np.stack([a, p, n], axis=1)).to(self.device)  # (N, 3, d)
-        used = torch.zeros(len(triplets), dtype=torch.bool, device=self.device)
+        triplets = np.stack([a, p, n], axis=1)  # (N, 3, d)
+        if not self._on_host:
+            triplets = torch.from_numpy(triplets).to(self.device)
+        used = np.zeros(len(triplets), dtype=bool)
         size = self.config.batch_size
-        threads = self.config.cpu_threads if self._on_host and self.config.cpu_threads else None
-        with intra_op_threads(threads):
+        # Overflow is expected on hostile input and handled (the triplet is skipped and counted).
+        with self._step_threads(), np.errstate(over="ignore", invalid="ignore"):
             for start in range(0, len(triplets), size):
                 block = triplets[start : start + size]
-                used[start : start + len(block)] = self._step(block)
-        return used.cpu().numpy()
+                used[start : start + len(block)] = self._as_numpy(self._step(block))
+        return used
 
-    def _step(self, block: torch.Tensor) -> torch.Tensor:
-        """One update on a block of triplets (B, 3, d); returns which changed the model."""
+    def _step_threads(self) -> AbstractContextManager[Any]:
+        """At most ``cpu_threads`` threads for the BLAS calls of a CPU step (see the config)."""
+        threads = self.config.cpu_threads if self._on_host and self.config.cpu_threads else None
+        return blas_threads(threads)
+
+    def _step(self, block: Any) -> Any:
+        """One update on a block of triplets (B, 3, d); returns which changed the model.
+
+        ``block`` is a numpy array on the CPU and a tensor on a GPU; the arithmetic is the same
+        (:mod:`oahu.arrays`).
+        """
         n_triplets = block.shape[0]
         # Rows ordered [anchors; positives; negatives] so one forward pass embeds all of them.
-        rows = block.transpose(0, 1).reshape(3 * n_triplets, self.n_features)
+        rows = block.swapaxes(0, 1).reshape(3 * n_triplets, self.n_features)
         cache = self.network.forward(rows)
-        f = cache.embeddings.view(self.n_depths, 3, n_triplets, -1)
+        f = cache.embeddings.reshape(self.n_depths, 3, n_triplets, -1)
         # Both sides at once: [anchor − positive, anchor − negative], (L+1, 2, B, E).
         diffs = f[:, :1] - f[:, 1:]
-        # Pre-update distances D_orig, (L+1, 2, B).
-        dists = self._small(torch.linalg.vector_norm(diffs, dim=-1))
+        # Pre-update distances D_orig, (L+1, 2, B, 1).
+        dists = row_norms(diffs)
         xp = namespace(dists)
-        loss, g_pos, g_neg = abtl_with_gradients(dists[:, 0], dists[:, 1], self.config.tau)
+        d_pos, d_neg = dists[:, 0, :, 0], dists[:, 1, :, 0]
+        loss, g_pos, g_neg = abtl_with_gradients(d_pos, d_neg, self.config.tau)
         # An overflowing norm turns an embedding into a silent zero vector rather than a NaN, so
         # it is checked with the loss: either one makes the triplet unlearnable.
-        norms = self._small(cache.norms.view(self.n_depths, 3, n_triplets).sum(dim=(0, 1)))
+        norms = cache.norms.reshape(self.n_depths, 3, n_triplets).sum((0, 1))
         finite = xp.isfinite(loss.sum(0) + norms)
         if not bool(finite.all()):
-            return self._step_finite_only(block, self._as_tensor(finite))
+            return self._step_finite_only(block, finite)
         # ∂(mean_b Σ_l α(l) L(l)_b)/∂D, times ∂D/∂f: the unit difference vectors.
-        scale = (self._alpha / n_triplets)[:, None, None]
-        coef = scale * xp.stack([g_pos, g_neg], 1) / dists.clip(min=_DIST_EPS)
-        towards = self._as_tensor(coef).unsqueeze(-1) * diffs  # on the anchor, from each side
-        grad = torch.cat([towards.sum(dim=1, keepdim=True), towards.neg()], dim=1)
-        self.network.step(cache, grad.view_as(cache.embeddings), self.config.learning_rate)
+        scale = (self._alpha / n_triplets)[:, None, None, None]
+        coef = scale * xp.stack([g_pos, g_neg], 1)[..., None] / dists.clip(min=_DIST_EPS)
+        towards = coef * diffs  # on the anchor, from each side
+        grad = concat([towards.sum(1)[:, None], -towards], axis=1)
+        self.network.step(cache, grad.reshape(cache.embeddings.shape), self.config.learning_rate)
         self._last_losses = loss.mean(1)
         self._alpha = hedge_update(
             self._alpha, self._last_losses, self.config.beta, self.config.smoothing
         )
         self.updates += 1
-        return self._as_tensor((loss > 0).any(0))
+        return (loss > 0).any(0)
 
-    def _step_finite_only(self, block: torch.Tensor, finite: torch.Tensor) -> torch.Tensor:
+    def _step_finite_only(self, block: Any, finite: Any) -> Any:
         """A non-finite loss never reaches the weights: learn from the rest, count the others."""
-        used = torch.zeros(block.shape[0], dtype=torch.bool, device=self.device)
+        used = np.zeros(len(finite), dtype=bool)
         self.skipped[SKIP_NON_FINITE_LOSS] += int((~finite).sum())
         if finite.any():
-            used[finite] = self._step(block[finite])
+            used[self._as_numpy(finite)] = self._as_numpy(self._step(block[finite]))
         return used
+
+    @staticmethod
+    def _as_numpy(a: Any) -> np.ndarray:
+        return a.cpu().numpy() if isinstance(a, torch.Tensor) else a
 
     # ---------------------------------------------------------------- state
     def _get_state(self) -> dict[str, Any]:

@@ -150,3 +150,27 @@ def test_micro_batch_step_is_batch_mean() -> None:
     assert model.updates == 1
     for name, value in model.network.tensors().items():
         assert torch.allclose(value.double(), expected[name], atol=1e-6), name
+
+
+def _on_torch_path(model: OAHU) -> OAHU:
+    """The same learner, stepping with torch tensors as it does on a GPU, here on the CPU."""
+    model._on_host = False
+    model._alpha = torch.from_numpy(model._alpha.copy())
+    model._last_losses = torch.from_numpy(model._last_losses.copy())
+    return model
+
+
+@pytest.mark.parametrize("batch_size", [1, 3])
+def test_torch_path_equals_numpy_path(batch_size: int) -> None:
+    # On the CPU the step runs on numpy views; on a GPU the same code runs on torch tensors.
+    # This session's machine has no GPU, so the torch path is checked here, on the CPU.
+    host, device_like = _tiny_model(batch_size), _on_torch_path(_tiny_model(batch_size))
+    trip = _triplets(12)  # more steps at η = 0.3 amplify float rounding beyond 1e-5
+    used_host = host.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
+    used_torch = device_like.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
+    assert used_host.tolist() == used_torch.tolist()
+    assert host.updates == device_like.updates == 12 // batch_size
+    for name, value in host.network.tensors().items():
+        assert torch.allclose(value, device_like.network.tensors()[name], atol=1e-5), name
+    assert np.allclose(host.alpha, device_like.alpha, atol=1e-6)
+    assert not np.allclose(host.alpha, 1.0 / host.n_depths)  # the hedge did move

@@ -1,0 +1,60 @@
+"""The numpy/torch array helpers behind the CPU and GPU step."""
+
+import numpy as np
+import pytest
+import torch
+
+from oahu.arrays import add_batched_outer_, add_outer_, host_view, relu_backward, row_norms
+
+
+def test_add_outer_is_in_place_and_equals_the_product() -> None:
+    rng = np.random.default_rng(0)
+    w = rng.random((4, 6), dtype=np.float32)
+    a, b = rng.random((3, 4), dtype=np.float32), rng.random((3, 6), dtype=np.float32)
+    expected = w + -0.3 * a.T @ b
+    view = w[:]  # writes must land in this very memory
+    add_outer_(view, a, b, -0.3)
+    assert np.allclose(w, expected, atol=1e-6)
+    t = torch.from_numpy(rng.random((4, 6), dtype=np.float32))
+    expected_t = t + 2.0 * torch.from_numpy(a).T @ torch.from_numpy(b)
+    add_outer_(t, torch.from_numpy(a), torch.from_numpy(b), 2.0)
+    assert torch.allclose(t, expected_t, atol=1e-6)
+
+
+def test_add_outer_refuses_to_lose_an_update() -> None:
+    # float64 (or any layout BLAS cannot write into) would make f2py update a copy.
+    w = np.zeros((2, 3))
+    with pytest.raises(RuntimeError, match="not in place"):
+        add_outer_(w, np.ones((1, 2), np.float32), np.ones((1, 3), np.float32), 1.0)
+
+
+def test_add_batched_outer_per_slice() -> None:
+    rng = np.random.default_rng(1)
+    out = rng.random((2, 3, 4), dtype=np.float32)
+    a, b = rng.random((2, 5, 3), dtype=np.float32), rng.random((2, 5, 4), dtype=np.float32)
+    expected = out + 0.5 * np.einsum("nmr,nmc->nrc", a, b)
+    add_batched_outer_(out, a, b, 0.5)
+    assert np.allclose(out, expected, atol=1e-6)
+
+
+def test_host_view_shares_memory_and_checks_dtype() -> None:
+    t = torch.zeros(2, 2)
+    host_view(t)[0, 1] = 5.0
+    assert float(t[0, 1]) == 5.0
+    with pytest.raises(ValueError, match="float32"):
+        host_view(torch.zeros(2, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match="contiguous"):
+        host_view(torch.zeros(2, 3).T)
+
+
+def test_row_norms_and_relu_backward_agree_across_libraries() -> None:
+    x = np.array([[3.0, 4.0], [0.0, -2.0]], np.float32)
+    assert row_norms(x).tolist() == [[5.0], [2.0]]
+    assert row_norms(torch.from_numpy(x)).tolist() == [[5.0], [2.0]]
+    out = np.array([[1.0, 0.0], [0.0, 2.0]], np.float32)
+    grad = np.array([[7.0, 8.0], [9.0, 10.0]], np.float32)
+    assert relu_backward(grad, out).tolist() == [[7.0, 0.0], [0.0, 10.0]]
+    assert relu_backward(torch.from_numpy(grad), torch.from_numpy(out)).tolist() == [
+        [7.0, 0.0],
+        [0.0, 10.0],
+    ]
