@@ -100,6 +100,11 @@ class Learner(ABC):
         return np.ones(1, dtype=np.float64)
 
     # ----------------------------------------------------------------- learning
+    @property
+    def needs_prepare(self) -> bool:
+        """Whether ``prepare(X)`` has yet to run: something is fitted on items before learning."""
+        return self.input_scaler.needs_fit
+
     def prepare(self, x: Any) -> None:
         """Fit input preprocessing on unlabelled items (e.g. the development split), once,
         before the stream starts. A no-op when ``preprocess="none"``."""

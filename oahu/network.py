@@ -118,6 +118,17 @@ class MultiDepthNetwork:
                 )
             own[k].copy_(v)
 
+    def set_head0(self, rows: np.ndarray) -> None:
+        """E0 := ``rows`` (k, d) in its first k rows and zero below, in place (k <= S_emb)."""
+        k = len(rows)
+        if rows.ndim != 2 or rows.shape[1] != self.n_features or k > self.head0.shape[0]:
+            raise ValueError(
+                f"head0 rows: expected shape (<= {self.head0.shape[0]}, {self.n_features}), "
+                f"got {rows.shape}"
+            )
+        self.head0.zero_()
+        self.head0[:k] = torch.as_tensor(rows, dtype=torch.float32, device=self.device)
+
     def to(self, device: torch.device | str) -> MultiDepthNetwork:
         self.weights = [w.to(device).contiguous() for w in self.weights]
         self.biases = [b.to(device).contiguous() for b in self.biases]

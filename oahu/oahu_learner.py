@@ -18,12 +18,13 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+from sklearn.decomposition import PCA
 
 from oahu.arrays import concat, namespace, row_norms
 from oahu.config import PRESETS, OAHUConfig
 from oahu.device import resolve_device
 from oahu.hedge import hedge_update
-from oahu.learner import Learner
+from oahu.learner import Learner, as_feature_matrix
 from oahu.loss import abtl_with_gradients
 from oahu.network import MultiDepthNetwork
 from oahu.threads import blas_threads
@@ -81,6 +82,7 @@ class OAHU(Learner):
         depths = self.config.n_depths
         self._alpha = self._small(torch.full((depths,), 1.0 / depths, device=self.device))
         self._last_losses = self._small(torch.zeros(depths, device=self.device))
+        self._head0_prepared = self.config.head0_init != "pca"
 
     # ---------------------------------------------------------------- interface
     @property
@@ -115,7 +117,37 @@ class OAHU(Learner):
         return out
 
     # ---------------------------------------------------------------- learning
+    def prepare(self, x: Any) -> None:
+        """Fit input preprocessing on unlabelled items and, with ``head0_init="pca"``, set E0 to
+        their top principal axes. Call it once, before the first constraint."""
+        if self.config.head0_init == "pca" and self.updates:
+            raise ValueError(
+                f"prepare: head0_init='pca' sets E0 before learning, but {self.updates} "
+                "updates were already made"
+            )
+        super().prepare(x)
+        if self.config.head0_init == "pca":
+            items = self.input_scaler.transform(as_feature_matrix(x, self.n_features, "x"))
+            # At most as many axes as the items span (a preset serves 64-d digits and 784-d images).
+            k = min(
+                self.config.head0_components or self.config.embedding_dim,
+                self.n_features,
+                len(items),
+            )
+            pca = PCA(n_components=k, svd_solver="covariance_eigh").fit(items)
+            self.network.set_head0(pca.components_)
+            self._head0_prepared = True
+
+    @property
+    def needs_prepare(self) -> bool:
+        return super().needs_prepare or not self._head0_prepared
+
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+        if not self._head0_prepared:
+            raise ValueError(
+                "head0_init: 'pca' takes E0 from items; call learner.prepare(X) with unlabelled "
+                "items (e.g. the development split) before the first constraint"
+            )
         triplets = np.stack([a, p, n], axis=1)  # (N, 3, d)
         if not self._on_host:
             triplets = torch.from_numpy(triplets).to(self.device)
@@ -188,6 +220,7 @@ class OAHU(Learner):
             "network": self.network.state_dict(),
             "alpha": self._as_tensor(self._alpha).detach().cpu().clone(),
             "last_losses": self.last_losses.clone(),
+            "head0_prepared": self._head0_prepared,
         }
 
     def _set_state(self, state: dict[str, Any]) -> None:
@@ -197,3 +230,4 @@ class OAHU(Learner):
             raise ValueError(f"alpha: expected shape ({self.n_depths},), got {tuple(alpha.shape)}")
         self._alpha = self._small(alpha.to(self.device, torch.float32).clone())
         self._last_losses = self._small(state["last_losses"].to(self.device, torch.float32).clone())
+        self._head0_prepared = bool(state.get("head0_prepared", True))

@@ -148,3 +148,61 @@ def test_embeddings_are_unit_vectors_per_depth(triplets) -> None:
     emb = model.embed(triplets[:, 0])
     assert emb.shape == (6, 40, 6) and emb.dtype == np.float32
     assert np.allclose(np.linalg.norm(emb, axis=-1), 1.0, atol=1e-5)
+
+
+def test_pca_head0_starts_as_the_principal_axes_and_its_zero_rows_stay_zero(triplets) -> None:
+    rng = np.random.default_rng(3)
+    # Items whose variance is 9, 4 and 1 along three known orthogonal axes and 0 elsewhere
+    # (latent coordinates centred and exactly uncorrelated, so the axes are exact).
+    axes = np.linalg.qr(rng.standard_normal((D, 3)))[0].T  # (3, D), orthonormal rows
+    latent = rng.standard_normal((500, 3))
+    latent = np.linalg.qr(latent - latent.mean(0))[0] * np.sqrt(500)
+    items = (latent * [3.0, 2.0, 1.0]) @ axes + 0.5
+    model = small(head0_init="pca", head0_components=3, preprocess="center")
+    model.prepare(items.astype(np.float32))
+    head0 = model.network.head0.numpy().astype(np.float64)
+    # Each of the first three rows is one axis, in order of variance (up to sign).
+    assert np.abs(np.abs(head0[:3] @ axes.T) - np.eye(3)).max() < 1e-3
+    assert np.count_nonzero(head0[3:]) == 0
+    model.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    assert model.updates == len(triplets)
+    after = model.network.head0.numpy()
+    assert not np.array_equal(after[:3], head0[:3])  # E0 learned ...
+    assert np.count_nonzero(after[3:]) == 0  # ... within the span it started in
+
+
+def test_pca_head0_takes_at_most_the_axes_the_items_span() -> None:
+    model = small(head0_init="pca")  # 0 components = embedding_dim = 6
+    model.prepare(np.random.default_rng(0).random((4, D), dtype=np.float32))
+    assert np.count_nonzero(np.abs(model.network.head0.numpy()).sum(1)) == 4
+
+
+def test_pca_head0_refuses_to_reinitialise_a_trained_model(triplets) -> None:
+    model = small(head0_init="pca")
+    model.prepare(triplets[:, 0])
+    model.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    with pytest.raises(ValueError, match="prepare: head0_init='pca' sets E0 before learning"):
+        model.prepare(triplets[:, 0])
+    with pytest.raises(ValueError, match="head0_components: must be <= embedding_dim"):
+        small(head0_init="pca", head0_components=7)
+    with pytest.raises(ValueError, match="head0_init: must be 'random' or 'pca', got 'svd'"):
+        small(head0_init="svd")
+
+
+def test_pca_head0_must_be_prepared_before_learning_and_survives_a_checkpoint(
+    tmp_path, triplets
+) -> None:
+    model = small(head0_init="pca")
+    assert model.needs_prepare
+    with pytest.raises(ValueError, match=r"call learner\.prepare"):
+        model.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    assert model.updates == 0
+    model.prepare(triplets[:, 0])
+    assert not model.needs_prepare
+    model.learn_triplets(triplets[:5, 0], triplets[:5, 1], triplets[:5, 2])
+    save_learner(model, tmp_path / "m.pt")
+    restored, _ = load_learner(tmp_path / "m.pt")
+    assert not restored.needs_prepare
+    for learner in (model, restored):
+        learner.learn_triplets(triplets[5:, 0], triplets[5:, 1], triplets[5:, 2])
+    assert_same_state(model, restored)

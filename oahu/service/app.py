@@ -156,16 +156,16 @@ class Service:
                 "n_features: unknown input dimension; give --n-features, --items or --gallery"
             )
         learner = make_learner(config.learner, n_features, **config.learner_params)
-        if learner.input_scaler.needs_fit:
-            # Preprocessing statistics come from unlabelled items, once, before the first
-            # constraint; they are checkpointed with the learner from then on.
+        if learner.needs_prepare:
+            # Preprocessing statistics (and OAHU's PCA-initialised E0) come from unlabelled
+            # items, once, before the first constraint; they are checkpointed from then on.
             _, x, _ = self.catalog.gallery.snapshot()
             if len(x) == 0:
                 _, x, _ = self.catalog.items.snapshot()
             if len(x) == 0:
                 raise ValueError(
-                    f"preprocess: {learner.input_scaler.spec!r} is fitted on items; give "
-                    "--gallery or --items (or a stream file source)"
+                    f"{config.learner}: its preprocessing or initialisation is fitted on items; "
+                    "give --gallery or --items (or a stream file source)"
                 )
             learner.prepare(x)
         return learner, Progress()
