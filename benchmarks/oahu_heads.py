@@ -1,0 +1,83 @@
+"""Per-depth kNN error of OAHU before and after one pass: what each head learns, and what α picks.
+
+The exploration behind the ``tuned`` preset (benchmarks/README.md, "OAHU on Fashion-MNIST"). For
+one seed of the paper's Fashion-MNIST protocol (10,000 constraints) it prints two JSON lines,
+before and after the pass, each with α and the 5-NN error / macro-F1 of the α-weighted metric and
+of every depth alone, on a seeded sample of test queries (the gallery is the whole development
+split).
+
+    python benchmarks/oahu_heads.py --seed 0 --set head0_init=random
+    python benchmarks/oahu_heads.py --seed 0 --svd-head0 200 --set head0_init=random
+
+``--svd-head0 K`` is how the exploration first tried a principal-axes E0, before
+``head0_init="pca"`` existed: E0's first K rows are set to the top right singular vectors of the
+first 10,000 centred development items (the rest zero). ``head0_init="pca"`` does the same from
+all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+import torch
+from sklearn.metrics import f1_score
+
+from oahu.cli.replay import parse_settings
+from oahu.inference import GalleryIndex, classify
+from oahu.oahu_learner import OAHU
+from oahu.replay import replay
+from streams.stream_file import build_stream
+
+
+def depth_errors(model: OAHU, stream, queries: np.ndarray) -> dict:
+    gallery = model.embed(stream.X[stream.dev_idx], role="gallery")
+    embedded = model.embed(stream.X[stream.test_idx[queries]], role="query")
+    labels = stream.y[stream.test_idx[queries]]
+    index = GalleryIndex(gallery, stream.y[stream.dev_idx], model.metric)
+    weights = [("combined", model.alpha)] + [
+        (f"d{l}", np.eye(model.n_depths)[l]) for l in range(model.n_depths)
+    ]
+    out = {"alpha": model.alpha.round(3).tolist()}
+    for name, alpha in weights:
+        predicted = classify(index, embedded, alpha, k=5).labels
+        out[name] = {
+            "error": round(float(np.mean(predicted != labels)), 4),
+            "macro_f1": round(float(f1_score(labels, predicted, average="macro")), 4),
+        }
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--preset", default="tuned")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--svd-head0", type=int, default=0, metavar="K")
+    parser.add_argument("--queries", type=int, default=5000)
+    args = parser.parse_args()
+    stream = build_stream("fashion-mnist", 10_000, seed=args.seed)
+    model = OAHU(stream.n_features, preset=args.preset, **parse_settings(args.set))
+    model.prepare(stream.X[stream.dev_idx])
+    if args.svd_head0:
+        centred = model.input_scaler.transform(stream.X[stream.dev_idx].astype(np.float32))
+        axes = np.linalg.svd(centred[:10_000], full_matrices=False)[2][: args.svd_head0]
+        head0 = torch.zeros_like(model.network.head0)
+        head0[: args.svd_head0] = torch.from_numpy(axes.copy())
+        model.network.head0.copy_(head0)
+    rng = np.random.default_rng([args.seed, 0x51])
+    queries = np.sort(rng.choice(len(stream.test_idx), args.queries, replace=False))
+    print(json.dumps({"when": "before", **depth_errors(model, stream, queries)}), flush=True)
+    started = time.perf_counter()
+    replay(model, stream)
+    seconds = round(time.perf_counter() - started, 1)
+    after = {"when": "after", "train_seconds": seconds, **depth_errors(model, stream, queries)}
+    print(json.dumps(after), flush=True)
+
+
+if __name__ == "__main__":
+    main()
