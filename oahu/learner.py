@@ -107,8 +107,13 @@ class Learner(ABC):
 
     def prepare(self, x: Any) -> None:
         """Fit input preprocessing on unlabelled items (e.g. the development split), once,
-        before the stream starts. A no-op when ``preprocess="none"``."""
-        self.input_scaler.fit(as_feature_matrix(x, self.n_features, "x"))
+        before the stream starts, then hand the preprocessed items to ``_prepare``."""
+        items = as_feature_matrix(x, self.n_features, "x")
+        self.input_scaler.fit(items)
+        self._prepare(self.input_scaler.transform(items))
+
+    def _prepare(self, items: np.ndarray) -> None:  # noqa: B027 (optional hook, no-op default)
+        """What a learner itself fits on the preprocessed items (nothing by default)."""
 
     def learn_triplets(self, anchors: Any, positives: Any, negatives: Any) -> np.ndarray:
         """Learn from triplets in stream order; return a bool mask of those that changed the model.

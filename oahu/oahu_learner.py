@@ -24,7 +24,7 @@ from oahu.arrays import concat, namespace, row_norms
 from oahu.config import PRESETS, OAHUConfig
 from oahu.device import resolve_device
 from oahu.hedge import hedge_update
-from oahu.learner import Learner, as_feature_matrix
+from oahu.learner import Learner
 from oahu.loss import abtl_with_gradients
 from oahu.network import MultiDepthNetwork
 from oahu.threads import blas_threads
@@ -126,17 +126,15 @@ class OAHU(Learner):
                 "updates were already made"
             )
         super().prepare(x)
-        if self.config.head0_init == "pca":
-            items = self.input_scaler.transform(as_feature_matrix(x, self.n_features, "x"))
-            # At most as many axes as the items span (a preset serves 64-d digits and 784-d images).
-            k = min(
-                self.config.head0_components or self.config.embedding_dim,
-                self.n_features,
-                len(items),
-            )
-            pca = PCA(n_components=k, svd_solver="covariance_eigh").fit(items)
-            self.network.set_head0(pca.components_)
-            self._head0_prepared = True
+
+    def _prepare(self, items: np.ndarray) -> None:
+        if self.config.head0_init != "pca":
+            return
+        # At most as many axes as the items span (a preset serves 64-d digits and 784-d images).
+        k = min(self.config.head0_components or self.config.embedding_dim, *items.shape)
+        pca = PCA(n_components=k, svd_solver="covariance_eigh").fit(items)
+        self.network.set_head0(pca.components_)
+        self._head0_prepared = True
 
     @property
     def needs_prepare(self) -> bool:

@@ -23,7 +23,6 @@ import numpy as np
 from oahu.baselines._linalg import sym_matvec, sym_rank1_update
 from oahu.baselines._params import positive_float
 from oahu.baselines.mahalanobis import PairwiseMahalanobis
-from oahu.learner import as_feature_matrix
 
 # (u, l) when neither the caller nor ``prepare`` set them: the 5th / 95th percentile squared
 # distances of unit-length rows (standardised digits: 1.07 / 2.71), the scale the other
@@ -83,14 +82,12 @@ class LEGO(PairwiseMahalanobis):
         if self.target_similar is not None and self.target_dissimilar is not None:
             _check_target_order(self.target_similar, self.target_dissimilar)
 
-    def prepare(self, x: Any) -> None:
-        """Fit the input preprocessing on ``x``, then set the targets left as None from the
-        preprocessed ``x`` (``targets_from_sample`` with its defaults)."""
-        super().prepare(x)
+    def _prepare(self, items: np.ndarray) -> None:
+        """Set the targets left as None from the preprocessed items (``targets_from_sample``
+        with its defaults)."""
         if self.target_similar is not None and self.target_dissimilar is not None:
             return
-        sample = self.input_scaler.transform(as_feature_matrix(x, self.n_features, "x"))
-        near, far = self.targets_from_sample(sample)
+        near, far = self.targets_from_sample(items)
         self._resolve_targets(near, far)
 
     def _resolve_targets(self, near: float, far: float) -> tuple[float, float]:
