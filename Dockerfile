@@ -15,11 +15,13 @@ WORKDIR /app
 # the project's own dependencies then find torch already satisfied.
 RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch>=2.2"
 
-COPY pyproject.toml README.md ./
-COPY oahu ./oahu
-COPY streams ./streams
-COPY connectors ./connectors
-RUN pip install . && python -c "import oahu.service.app"
+# streams/ and connectors/ install as oahu.streams and oahu.connectors (pyproject.toml), so the
+# sources are built from /src and the import check runs where no oahu/ folder shadows the install.
+COPY pyproject.toml README.md /src/
+COPY oahu /src/oahu
+COPY streams /src/streams
+COPY connectors /src/connectors
+RUN pip install /src && rm -rf /src && python -c "import oahu.service.app, oahu.streams"
 
 RUN useradd --create-home --uid 10001 oahu && mkdir -p /var/lib/oahu && chown oahu /var/lib/oahu
 USER oahu

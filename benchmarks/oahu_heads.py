@@ -29,7 +29,7 @@ from oahu.cli.replay import parse_settings
 from oahu.inference import GalleryIndex, classify
 from oahu.oahu_learner import OAHU
 from oahu.replay import replay
-from streams.stream_file import build_stream
+from oahu.streams.stream_file import build_stream
 
 
 def depth_errors(model: OAHU, stream, queries: np.ndarray) -> dict:

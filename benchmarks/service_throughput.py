@@ -28,13 +28,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import broker
 
-from connectors.kafka_sink import KafkaSink
 from oahu.cli.produce import encode_stream
+from oahu.connectors.kafka_sink import KafkaSink
 from oahu.registry import make_learner
 from oahu.service.app import Service
 from oahu.service.config import ServiceConfig
 from oahu.service.native_threads import use_native_threads
-from streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.stream_file import ConstraintStream, build_stream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

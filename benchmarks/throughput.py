@@ -21,7 +21,7 @@ import torch
 
 from oahu.oahu_learner import OAHU
 from oahu.replay import replay
-from streams.stream_file import build_stream
+from oahu.streams.stream_file import build_stream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -42,9 +42,9 @@ import numpy as np
 from oahu.evaluation import evaluate
 from oahu.registry import make_learner
 from oahu.replay import replay, stream_kind_for
-from streams.datasets import DATASETS, load_dataset
-from streams.protocol import closure_stream, split_dev_test
-from streams.stream_file import ConstraintStream
+from oahu.streams.datasets import DATASETS, load_dataset
+from oahu.streams.protocol import closure_stream, split_dev_test
+from oahu.streams.stream_file import ConstraintStream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PREPROCESS = ("none", "unit", "center+unit", "standardize+unit")

@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from connectors.constraint import (
+from oahu.connectors.constraint import (
     MISSING_LABEL,
     ROLES,
     Constraint,

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from connectors.constraint import DecodeError
-from connectors.kafka_sink import KafkaSink
-from connectors.source import SourceRecord
+from oahu.connectors.constraint import DecodeError
+from oahu.connectors.kafka_sink import KafkaSink
+from oahu.connectors.source import SourceRecord
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Three kinds of file:
 
-* a stream file (.npz, ``streams.stream_file.ConstraintStream.save``);
-* a JSON Lines stream (``streams.stream_file.write_jsonl``: header, item and constraint
+* a stream file (.npz, ``oahu.streams.stream_file.ConstraintStream.save``);
+* a JSON Lines stream (``oahu.streams.stream_file.write_jsonl``: header, item and constraint
   records), read incrementally;
 * any other text file: one constraint message (``connectors/MESSAGES.md``) per non-blank line,
   e.g. JSON messages written by another tool or replayed from dead letters.
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from connectors.binary_codec import encode_binary_batch
-from connectors.constraint import ROLES, ConstraintBatch
-from connectors.items import ItemStore
-from connectors.source import SourceRecord
+from oahu.connectors.binary_codec import encode_binary_batch
+from oahu.connectors.constraint import ROLES, ConstraintBatch
+from oahu.connectors.items import ItemStore
+from oahu.connectors.source import SourceRecord
 
 
 def _is_stream_jsonl(path: Path) -> bool:
@@ -44,7 +44,7 @@ class FileSource:
     """Records of a stream file, partition 0, offsets 0, 1, 2, ... in file order.
 
     >>> import tempfile
-    >>> from streams.stream_file import ConstraintStream
+    >>> from oahu.streams.stream_file import ConstraintStream
     >>> path = Path(tempfile.mkdtemp()) / "s.npz"
     >>> ConstraintStream(np.eye(3), [0, 0, 1], [0, 1, 2], [], "triplet",
     ...                  [[0, 1, 2], [1, 0, 2]]).save(path)
@@ -62,7 +62,7 @@ class FileSource:
         self._position = 0
         self.kind: str | None = None  # known once the stream's header is read
         if self.path.suffix == ".npz":
-            from streams.stream_file import ConstraintStream
+            from oahu.streams.stream_file import ConstraintStream
 
             stream = ConstraintStream.load(self.path)
             self.kind = stream.kind
@@ -97,7 +97,7 @@ class FileSource:
                     yield line
 
     def _jsonl_stream_values(self) -> Iterator[bytes]:
-        from streams.stream_file import iter_jsonl
+        from oahu.streams.stream_file import iter_jsonl
 
         records = iter_jsonl(self.path)
         header = next(records)

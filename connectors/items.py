@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from connectors.constraint import MISSING_LABEL, DecodeError
+from oahu.connectors.constraint import MISSING_LABEL, DecodeError
 
 
 def _canonical_int(item_id: str) -> int | None:
@@ -48,7 +48,7 @@ class ItemStore:
     >>> store.get(["zz"])
     Traceback (most recent call last):
     ...
-    connectors.constraint.DecodeError: unknown_item: 1 unknown item id(s), e.g. 'zz'
+    oahu.connectors.constraint.DecodeError: unknown_item: 1 unknown item id(s), e.g. 'zz'
     """
 
     def __init__(self, dim: int | None = None) -> None:
@@ -215,13 +215,13 @@ class ItemStore:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ItemStore:
         """Items from an .npz with ``ids``, ``X`` and optional ``y``, or the items of a stream
-        file (.npz or JSON Lines, see ``streams.stream_file``; ids are the item indices)."""
+        file (.npz or JSON Lines, see ``oahu.streams.stream_file``; ids are the item indices)."""
         path = Path(path)
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as npz:
                 if "ids" in npz.files:
                     return cls._from_arrays(npz["ids"], npz["X"], npz.get("y"))
-        from streams.stream_file import ConstraintStream, read_jsonl
+        from oahu.streams.stream_file import ConstraintStream, read_jsonl
 
         stream = ConstraintStream.load(path) if path.suffix == ".npz" else read_jsonl(path)
         return cls._from_arrays(np.arange(stream.n_items), stream.X, stream.y)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from connectors.constraint import ROLES, Constraint, DecodeError
+from oahu.connectors.constraint import ROLES, Constraint, DecodeError
 
 VERSION = 1
 

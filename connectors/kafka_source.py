@@ -24,7 +24,7 @@ from typing import Any
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaConfigurationError, KafkaError
 
-from connectors.source import SourceRecord
+from oahu.connectors.source import SourceRecord
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 ``decode`` turns one message into a ``Constraint``; ``decode_batch`` turns many into array
 batches for throughput, keeping stream order. Both report bad input as ``DecodeError`` with a
-stable ``reason`` (see ``connectors.constraint.REASONS``). Formats: ``connectors/MESSAGES.md``.
+stable ``reason`` (see ``oahu.connectors.constraint.REASONS``). Formats: ``connectors/MESSAGES.md``.
 
 >>> msg = encode_binary(Constraint("triplet", ids=("5", "6", "7")))
 >>> decode(msg).ids == decode(encode_json(decode(msg))).ids == ("5", "6", "7")
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from connectors.binary_codec import (
+from oahu.connectors.binary_codec import (
     MAGIC,
     decode_binary,
     decode_binary_run,
@@ -24,14 +24,14 @@ from connectors.binary_codec import (
     encode_binary,
     parse_header,
 )
-from connectors.constraint import (
+from oahu.connectors.constraint import (
     MISSING_LABEL,
     REASONS,
     Constraint,
     ConstraintBatch,
     DecodeError,
 )
-from connectors.json_codec import decode_json, encode_json
+from oahu.connectors.json_codec import decode_json, encode_json
 
 __all__ = [
     "MISSING_LABEL",

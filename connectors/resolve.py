@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from connectors.constraint import Constraint, ConstraintBatch, DecodeError
-from connectors.items import ItemStore
+from oahu.connectors.constraint import Constraint, ConstraintBatch, DecodeError
+from oahu.connectors.items import ItemStore
 
 
 @dataclass(frozen=True, eq=False)

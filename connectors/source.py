@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
     """One raw message. ``source`` is the topic or file path, ``value`` the message bytes
-    (JSON or binary, see ``connectors.messages``), ``timestamp`` seconds since the epoch.
+    (JSON or binary, see ``oahu.connectors.messages``), ``timestamp`` seconds since the epoch.
 
     >>> r = SourceRecord("constraints", 0, 41, b'{"v":1}')
     >>> r.next_offset

@@ -13,7 +13,7 @@ import torch
 
 from oahu.learner import Learner
 from oahu.registry import learner_class
-from streams.atomic import atomic_open
+from oahu.streams.atomic import atomic_open
 
 FORMAT_VERSION = 1
 

@@ -14,7 +14,7 @@ import numpy as np
 from tqdm import tqdm
 
 from oahu.learner import Learner
-from streams.stream_file import ConstraintStream
+from oahu.streams.stream_file import ConstraintStream
 
 CHUNK = 1024  # constraints materialised as features at a time
 

@@ -1,15 +1,15 @@
 """Benchmark constraint streams: datasets, the paper's stream protocol, stream file formats.
 
->>> from streams import build_stream
+>>> from oahu.streams import build_stream
 >>> stream = build_stream("digits", n_constraints=10, seed=0)
 >>> anchors, positives, negatives = stream.batch(0, 4)
 >>> anchors.shape
 (4, 64)
 """
 
-from streams.datasets import DATASETS, Dataset, load_dataset, load_digits, load_fashion_mnist
-from streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
-from streams.protocol import (
+from oahu.streams.datasets import DATASETS, Dataset, load_dataset, load_digits, load_fashion_mnist
+from oahu.streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
+from oahu.streams.protocol import (
     ClosureStream,
     closure_stream,
     interleave_closure,
@@ -19,7 +19,13 @@ from streams.protocol import (
     split_dev_test,
     triplet_stream,
 )
-from streams.stream_file import FORMAT_VERSION, KINDS, PROTOCOLS, ConstraintStream, build_stream
+from oahu.streams.stream_file import (
+    FORMAT_VERSION,
+    KINDS,
+    PROTOCOLS,
+    ConstraintStream,
+    build_stream,
+)
 
 __all__ = [
     "DATASETS",

@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from streams.atomic import atomic_open
+from oahu.streams.atomic import atomic_open
 
 if TYPE_CHECKING:
-    from streams.stream_file import ConstraintStream
+    from oahu.streams.stream_file import ConstraintStream
 
 JSONL_VERSION = 1
 
@@ -243,7 +243,7 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
 
 def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:
     """Read a whole JSON Lines stream (as written by :func:`write_jsonl`) into memory."""
-    from streams.stream_file import ConstraintStream  # stream_file re-exports this module
+    from oahu.streams.stream_file import ConstraintStream  # stream_file re-exports this module
 
     records = iter_jsonl(path)
     header = next(records)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streams.closure import ClosureKnowledge, Revelation
+from oahu.streams.closure import ClosureKnowledge, Revelation
 
 _SEED_BATCH = 1024  # seeds are drawn vectorised, this many at a time
 # The split and the streams of one run share its seed; tagging each use keeps their draws

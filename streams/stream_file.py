@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from streams.atomic import atomic_open
-from streams.datasets import Dataset, load_dataset
-from streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
-from streams.protocol import (
+from oahu.streams.atomic import atomic_open
+from oahu.streams.datasets import Dataset, load_dataset
+from oahu.streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
+from oahu.streams.protocol import (
     closure_stream,
     random_pairs,
     random_triplets,

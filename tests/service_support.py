@@ -21,7 +21,7 @@ from oahu.registry import make_learner
 from oahu.service.learner_process import ParentLink
 from oahu.service.metrics import LearningMetrics
 from oahu.service.snapshot import ReindexSchedule
-from streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.stream_file import ConstraintStream, build_stream
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from connectors.dead_letter import DeadLetter, DeadLetterFile, read_dead_letters
-from connectors.file_source import FileSource
-from connectors.items import ItemStore
-from connectors.messages import Constraint, DecodeError, decode, decode_batch, encode_json
-from connectors.source import Source
-from streams.stream_file import ConstraintStream, write_jsonl
+from oahu.connectors.dead_letter import DeadLetter, DeadLetterFile, read_dead_letters
+from oahu.connectors.file_source import FileSource
+from oahu.connectors.items import ItemStore
+from oahu.connectors.messages import Constraint, DecodeError, decode, decode_batch, encode_json
+from oahu.connectors.source import Source
+from oahu.streams.stream_file import ConstraintStream, write_jsonl
 
 
 def pair_stream(n: int = 7) -> ConstraintStream:

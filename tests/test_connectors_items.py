@@ -7,11 +7,11 @@ import threading
 import numpy as np
 import pytest
 
-from connectors.constraint import MISSING_LABEL
-from connectors.items import ItemStore
-from connectors.messages import Constraint, DecodeError, decode_batch, encode_binary
-from connectors.resolve import resolve, resolve_batch
-from streams.stream_file import ConstraintStream, write_jsonl
+from oahu.connectors.constraint import MISSING_LABEL
+from oahu.connectors.items import ItemStore
+from oahu.connectors.messages import Constraint, DecodeError, decode_batch, encode_binary
+from oahu.connectors.resolve import resolve, resolve_batch
+from oahu.streams.stream_file import ConstraintStream, write_jsonl
 
 
 def test_add_get_labels_and_version() -> None:

@@ -8,9 +8,9 @@ import struct
 import numpy as np
 import pytest
 
-from connectors.binary_codec import encode_binary_batch
-from connectors.constraint import MISSING_LABEL
-from connectors.messages import (
+from oahu.connectors.binary_codec import encode_binary_batch
+from oahu.connectors.constraint import MISSING_LABEL
+from oahu.connectors.messages import (
     Constraint,
     ConstraintBatch,
     DecodeError,

@@ -4,8 +4,8 @@ import numpy as np
 
 from oahu.baselines.euclidean import Euclidean
 from oahu.evaluation import evaluate
-from streams.datasets import load_digits
-from streams.protocol import split_dev_test
+from oahu.streams.datasets import load_digits
+from oahu.streams.protocol import split_dev_test
 
 
 def test_subsampled_queries_match_the_same_queries_evaluated_in_full() -> None:

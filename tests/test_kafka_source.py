@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 
-from connectors.binary_codec import encode_binary_batch
-from connectors.dead_letter import DeadLetter, DeadLetterKafka
-from connectors.kafka_sink import KafkaSink
-from connectors.kafka_source import Backoff, KafkaSource
-from connectors.messages import (
+from oahu.connectors.binary_codec import encode_binary_batch
+from oahu.connectors.dead_letter import DeadLetter, DeadLetterKafka
+from oahu.connectors.kafka_sink import KafkaSink
+from oahu.connectors.kafka_source import Backoff, KafkaSource
+from oahu.connectors.messages import (
     Constraint,
     ConstraintBatch,
     DecodeError,
@@ -22,7 +22,7 @@ from connectors.messages import (
     decode_batch,
     encode_json,
 )
-from connectors.source import SourceRecord
+from oahu.connectors.source import SourceRecord
 
 MAX_ROUNDS = 60  # bound on poll rounds; each waits at most 0.5 s
 

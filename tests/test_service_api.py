@@ -14,7 +14,7 @@ from service_support import assert_same_model, make_stream, train_reference, wai
 from oahu.service.app import Service
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
-from streams.stream_file import ConstraintStream
+from oahu.streams.stream_file import ConstraintStream
 
 N = 400
 TOKEN = "s3cret"

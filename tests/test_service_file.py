@@ -17,13 +17,13 @@ from service_support import (
     wait_until,
 )
 
-from connectors.dead_letter import read_dead_letters
 from oahu.cli.produce import encode_stream
+from oahu.connectors.dead_letter import read_dead_letters
 from oahu.registry import LEARNER_NAMES, make_learner
 from oahu.service.app import Service
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
-from streams.stream_file import ConstraintStream
+from oahu.streams.stream_file import ConstraintStream
 
 
 def run_to_end(source: Path, state: Path, **changes: object) -> Service:

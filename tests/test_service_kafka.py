@@ -28,10 +28,10 @@ from service_support import (
     wait_until,
 )
 
-from connectors.kafka_sink import KafkaSink
 from oahu.cli.produce import encode_stream
+from oahu.connectors.kafka_sink import KafkaSink
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
-from streams.stream_file import ConstraintStream
+from oahu.streams.stream_file import ConstraintStream
 
 pytestmark = pytest.mark.kafka
 

@@ -15,13 +15,13 @@ from service_support import (
     wait_until,
 )
 
-from connectors.items import ItemStore
 from oahu.cli.produce import encode_stream
+from oahu.connectors.items import ItemStore
 from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.learner_process import LearnerProcess
 from oahu.service.learning import OVERLAY_FILE
-from streams.stream_file import ConstraintStream
+from oahu.streams.stream_file import ConstraintStream
 
 
 def learner_pid(service: ServiceProcess) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streams.datasets import (
+from oahu.streams.datasets import (
     DATASETS,
     FASHION_MNIST_ROOT,
     load_dataset,

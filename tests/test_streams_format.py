@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streams.datasets import Dataset
-from streams.stream_file import (
+from oahu.streams.datasets import Dataset
+from oahu.streams.stream_file import (
     ConstraintStream,
     build_stream,
     iter_jsonl,

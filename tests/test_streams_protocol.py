@@ -9,10 +9,10 @@ import pytest
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from streams import protocol
-from streams.closure import ClosureKnowledge
-from streams.datasets import load_digits
-from streams.protocol import (
+from oahu.streams import protocol
+from oahu.streams.closure import ClosureKnowledge
+from oahu.streams.datasets import load_digits
+from oahu.streams.protocol import (
     closure_stream,
     interleave_closure,
     pair_stream,

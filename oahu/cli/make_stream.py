@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from streams.datasets import DATASETS
-from streams.stream_file import KINDS, PROTOCOLS, build_stream, write_jsonl
+from oahu.streams.datasets import DATASETS
+from oahu.streams.stream_file import KINDS, PROTOCOLS, build_stream, write_jsonl
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

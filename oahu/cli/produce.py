@@ -10,9 +10,9 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from connectors.binary_codec import encode_binary_batch
-from connectors.constraint import ConstraintBatch
-from connectors.json_codec import encode_json
+from oahu.connectors.binary_codec import encode_binary_batch
+from oahu.connectors.constraint import ConstraintBatch
+from oahu.connectors.json_codec import encode_json
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -77,13 +77,13 @@ def encode_stream(
     """The messages of a stream file's constraints ``start:start+limit``, in stream order.
 
     >>> import tempfile
-    >>> from streams.stream_file import ConstraintStream
+    >>> from oahu.streams.stream_file import ConstraintStream
     >>> path = Path(tempfile.mkdtemp()) / "s.npz"
     >>> ConstraintStream(np.eye(3), [0, 0, 1], [0, 1, 2], [], "triplet", [[0, 1, 2]]).save(path)
     >>> encode_stream(path, "json")
     [b'{"v":1,"kind":"triplet","anchor":{"id":"0"},"positive":{"id":"1"},"negative":{"id":"2"}}']
     """
-    from streams.stream_file import ConstraintStream, read_jsonl
+    from oahu.streams.stream_file import ConstraintStream, read_jsonl
 
     path = Path(path)
     stream = ConstraintStream.load(path) if path.suffix == ".npz" else read_jsonl(path)
@@ -103,7 +103,7 @@ def encode_stream(
 
 
 def produce(args: argparse.Namespace) -> int:
-    from connectors.kafka_sink import KafkaSink
+    from oahu.connectors.kafka_sink import KafkaSink
     from oahu.service.config import parse_pairs, parse_value
 
     bootstrap, topic = parse_kafka_uri(args.to)

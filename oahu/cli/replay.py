@@ -13,8 +13,8 @@ from oahu.config import PRESETS
 from oahu.evaluation import evaluate
 from oahu.registry import LEARNER_NAMES, learner_class, make_learner
 from oahu.replay import as_json_floats, replay, stream_kind_for
-from streams.datasets import DATASETS
-from streams.stream_file import PROTOCOLS, ConstraintStream, build_stream
+from oahu.streams.datasets import DATASETS
+from oahu.streams.stream_file import PROTOCOLS, ConstraintStream, build_stream
 
 _DESCRIPTION = """\
 Replay a constraint stream through one learner and evaluate it the paper's way.
@@ -184,7 +184,7 @@ def learner_params(args: argparse.Namespace) -> dict[str, Any]:
 def load_or_build_stream(args: argparse.Namespace, kind: str) -> ConstraintStream:
     if args.stream:
         if str(args.stream).endswith(".jsonl"):
-            from streams.stream_file import read_jsonl
+            from oahu.streams.stream_file import read_jsonl
 
             return read_jsonl(args.stream)
         return ConstraintStream.load(args.stream)

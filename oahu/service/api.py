@@ -26,7 +26,7 @@ from fastapi.routing import APIRoute
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from connectors.constraint import MISSING_LABEL, DecodeError
+from oahu.connectors.constraint import MISSING_LABEL, DecodeError
 from oahu.service.catalog import Catalog
 from oahu.service.http_limits import BodySizeLimit, RequestMetrics
 from oahu.service.metrics import ServiceMetrics

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from connectors.items import ItemStore
+from oahu.connectors.items import ItemStore
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.service.api import ServiceView, create_app
@@ -42,7 +42,7 @@ ITEM_SYNC_TIMEOUT_SECONDS = 30.0
 
 def default_stream(config: ServiceConfig) -> Path:
     """The bundled-digits stream ``oahu run`` learns from when given no source (built once)."""
-    from streams.stream_file import build_stream
+    from oahu.streams.stream_file import build_stream
 
     path = Path(config.checkpoint_dir).resolve() / (
         f"digits-{config.default_constraints}-seed{config.seed}.npz"
@@ -63,7 +63,7 @@ def load_items(path: str | Path, dev_only: bool = False) -> ItemStore:
         is_stream = True  # JSON Lines stream files are the only other item files
     if not (dev_only and is_stream):
         return ItemStore.load(path)
-    from streams.stream_file import ConstraintStream, read_jsonl
+    from oahu.streams.stream_file import ConstraintStream, read_jsonl
 
     stream = ConstraintStream.load(path) if path.suffix == ".npz" else read_jsonl(path)
     store = ItemStore(dim=stream.n_features)

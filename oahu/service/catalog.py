@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from connectors.constraint import MISSING_LABEL, DecodeError
-from connectors.items import ItemStore, as_ids
-from streams.atomic import atomic_open
+from oahu.connectors.constraint import MISSING_LABEL, DecodeError
+from oahu.connectors.items import ItemStore, as_ids
+from oahu.streams.atomic import atomic_open
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from connectors.dead_letter import DeadLetter, DeadLetterSink
-from connectors.messages import decode_batch
-from connectors.resolve import ResolvedBatch, resolve_batch
-from connectors.source import Source, SourceRecord
+from oahu.connectors.dead_letter import DeadLetter, DeadLetterSink
+from oahu.connectors.messages import decode_batch
+from oahu.connectors.resolve import ResolvedBatch, resolve_batch
+from oahu.connectors.source import Source, SourceRecord
 from oahu.learner import Learner
 from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import Progress, write_checkpoint

@@ -15,10 +15,10 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from connectors.dead_letter import DeadLetter, DeadLetterFile, DeadLetterKafka, DeadLetterSink
-from connectors.file_source import FileSource
-from connectors.items import ItemStore
-from connectors.kafka_source import Backoff
+from oahu.connectors.dead_letter import DeadLetter, DeadLetterFile, DeadLetterKafka, DeadLetterSink
+from oahu.connectors.file_source import FileSource
+from oahu.connectors.items import ItemStore
+from oahu.connectors.kafka_source import Backoff
 from oahu.learner import Learner
 from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import Progress, checkpoint_path
@@ -107,7 +107,7 @@ def dead_letter_sink(config: ServiceConfig) -> DeadLetterSink:
 def kafka_source(config: ServiceConfig, loop: ConsumerLoop) -> Any:
     from kafka import KafkaConsumer
 
-    from connectors.kafka_source import KafkaSource
+    from oahu.connectors.kafka_source import KafkaSource
 
     check_kafka_options(config)
     bootstrap, topic, group = config.kafka_target()

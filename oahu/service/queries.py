@@ -42,7 +42,7 @@ class QueryEngine:
     """Batched embed / classify / retrieve / verify over the current snapshot.
 
     >>> import tempfile, pathlib
-    >>> from connectors.items import ItemStore
+    >>> from oahu.connectors.items import ItemStore
     >>> from oahu.registry import make_learner
     >>> from oahu.service.catalog import Catalog
     >>> from oahu.service.metrics import ServiceMetrics

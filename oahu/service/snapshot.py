@@ -89,7 +89,7 @@ def build_snapshot(
     (``gallery_arrays(catalog)`` unless given) with it: ``index`` "exact" (the paper's kNN,
     :mod:`oahu.service.matmul_index`), or "ivf" with ``nprobe`` (:mod:`oahu.service.ivf_index`).
 
-    >>> from connectors.items import ItemStore
+    >>> from oahu.connectors.items import ItemStore
     >>> import tempfile, pathlib
     >>> from oahu.registry import make_learner
     >>> gallery = ItemStore(dim=2)
