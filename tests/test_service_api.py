@@ -59,15 +59,18 @@ def running(
 def test_classify_contract_and_accuracy(running: tuple[Service, TestClient], stream_file: Path):
     _, client = running
     stream = ConstraintStream.load(stream_file)
-    test = stream.test_idx[:60]
-    body = {"items": [{"x": stream.X[i].tolist()} for i in test]}
-    response = client.post("/v1/classify", json=body)
-    assert response.status_code == 200
-    predictions = response.json()["predictions"]
+    test = stream.test_idx
+    predictions = []
+    for start in range(0, len(test), 64):  # the whole test split, max_batch_items at a time
+        body = {"items": [{"x": stream.X[i].tolist()} for i in test[start : start + 64]]}
+        response = client.post("/v1/classify", json=body)
+        assert response.status_code == 200
+        predictions += response.json()["predictions"]
     assert len(predictions) == len(test)
     assert set(predictions[0]["scores"]) == {str(c) for c in range(10)}
     labels = np.array([p["label"] for p in predictions])
-    # kNN over the learned depths on held-out digits: far better than chance (0.1)
+    # kNN over the learned depths on held-out digits: far better than chance (0.1); measured
+    # 0.875 on all 898 test items (a 60-item sample ranged from 0.83 to 0.95)
     assert (labels == stream.y[test]).mean() > 0.85
     # the predicted label is the argmax of the class scores (Eq. 25)
     for p in predictions:
