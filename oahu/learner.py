@@ -231,6 +231,14 @@ class Learner(ABC):
     @abstractmethod
     def _set_state(self, state: dict[str, Any]) -> None: ...
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle (and ``copy.deepcopy``) through :mod:`oahu.persistence`: the parameters and
+        ``get_state``, never the live attributes (OAHU's weights are tensors that numpy views
+        share, and a pickled view would no longer share them)."""
+        from oahu import persistence  # imported here: persistence imports this module
+
+        return (persistence.restore, (persistence.learner_to_bytes(self),))
+
     def summary(self) -> dict[str, Any]:
         """Counters and hedge weights as plain JSON-able values."""
         return {

@@ -12,7 +12,7 @@ from oahu.baselines.lego import LEGO, UNIT_SCALE_TARGETS
 from oahu.baselines.oasis import OASIS
 from oahu.baselines.opml import OPML
 from oahu.baselines.rdml import RDML
-from oahu.checkpoint import load_learner, save_learner
+from oahu.persistence import load_learner, save_learner
 from oahu.registry import make_learner
 
 D = 10

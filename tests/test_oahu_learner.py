@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from oahu.checkpoint import load_learner, save_learner
 from oahu.config import OAHUConfig
 from oahu.oahu_learner import OAHU
+from oahu.persistence import load_learner, save_learner
 
 D = 12
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from oahu.checkpoint import load_learner, save_learner
+from oahu.persistence import load_learner, save_learner
 from oahu.preprocessing import InputScaler, parse_preprocess
 from oahu.registry import LEARNER_NAMES, make_learner
 

@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
         learner.prepare(stream.X[stream.dev_idx])
     stats = replay(learner, stream, progress=not args.no_progress)
     if args.save_model:
-        from oahu.checkpoint import save_learner
+        from oahu.persistence import save_learner
 
         save_learner(learner, args.save_model, {"stream_meta": json.dumps(stream.meta)})
     result = evaluate(

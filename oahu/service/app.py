@@ -21,13 +21,14 @@ import numpy as np
 
 from oahu.connectors.items import ItemStore
 from oahu.learner import Learner
+from oahu.persistence import learner_to_bytes
 from oahu.registry import make_learner
 from oahu.service.api import ServiceView, create_app
 from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.consumer import model_status
-from oahu.service.learner_process import LearnerProcess, state_bytes
+from oahu.service.learner_process import LearnerProcess
 from oahu.service.learning import OVERLAY_FILE, check_kafka_options, learner_main
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.native_threads import use_native_threads
@@ -126,7 +127,7 @@ class Service:
         self.learning = LearnerProcess(
             learner_main,
             (config,),
-            (state_bytes(self.learner), progress.to_extra()),
+            (learner_to_bytes(self.learner), progress.to_extra()),
             {
                 **model_status(self.learner, progress, progress, checkpoint_path(state_dir)),
                 "source_ready": False,

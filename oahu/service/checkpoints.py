@@ -1,6 +1,6 @@
 """The service checkpoint: learner state and stream progress in one atomically written file.
 
-Learner and offsets are saved together (``oahu.checkpoint.save_learner`` with the progress in its
+Learner and offsets are saved together (``oahu.persistence.save_learner`` with the progress in its
 ``extra``), so a checkpoint always pairs a model with exactly the records that trained it: a
 restart seeks to the stored offsets and every constraint is applied once.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oahu.checkpoint import load_learner, save_learner
 from oahu.learner import Learner
+from oahu.persistence import load_learner, save_learner
 
 CHECKPOINT_FILE = "checkpoint.pt"
 

@@ -6,8 +6,8 @@ query thread (measured: p99 of /v1/classify in seconds). The consumer, learner, 
 commits and dead letters therefore run in a child process (spawned, so nothing of the parent's
 threads or native thread pools is inherited). The two talk over two one-way pipes:
 
-* learner → serving: ``state`` (``torch.save`` of ``Learner.get_state``, when a new snapshot is
-  due; the serving process builds the gallery index itself), ``report`` (the status for
+* learner → serving: ``state`` (the learner as :mod:`oahu.persistence` bytes, when a new
+  snapshot is due; the serving process builds the gallery index itself), ``report`` (the status for
   /v1/model and the learner's metric families for /metrics), ``ack`` (an item change applied),
   ``error`` (a traceback, before it exits 1);
 * serving → learner: ``start`` (first: the learner state and stream progress to continue from),
@@ -25,7 +25,6 @@ so a restart resumes from the last checkpoint and applies every constraint once.
 
 from __future__ import annotations
 
-import io
 import logging
 import multiprocessing
 import os
@@ -36,9 +35,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-import torch
-
 from oahu.learner import Learner
+from oahu.persistence import learner_to_bytes
 from oahu.service.catalog import ItemChange
 from oahu.service.metrics import LearningMetrics
 from oahu.service.snapshot import ReindexSchedule
@@ -51,17 +49,6 @@ EXIT_ORPHANED = 3  # the learner process's exit code when the serving process va
 REPORT_INTERVAL_SECONDS = 0.05  # status reports at most this often, unless forced
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _CONTEXT = multiprocessing.get_context("spawn")
-
-
-def state_bytes(learner: Learner) -> bytes:
-    """The learner's state as bytes (``torch.save``; read back with :func:`state_from_bytes`)."""
-    buffer = io.BytesIO()
-    torch.save(learner.get_state(), buffer)
-    return buffer.getvalue()
-
-
-def state_from_bytes(data: bytes) -> dict[str, Any]:
-    return torch.load(io.BytesIO(data), weights_only=True)
 
 
 class ParentLink:
@@ -82,7 +69,7 @@ class ParentLink:
         """Send the learner's state if a new snapshot is due (``StateOutlet``)."""
         if not self.schedule.due(learner.updates, force):
             return False
-        self._send(STATE, state_bytes(learner))
+        self._send(STATE, learner_to_bytes(learner))
         return True
 
     def report(self, status: dict[str, Any], force: bool = False) -> None:
@@ -128,8 +115,8 @@ class LearnerProcess:
     """The learner process as the serving process sees it.
 
     ``start`` spawns ``target(*args, inbox, outbox)``, whose first message is ``initial``; a
-    reader thread hands learner states to ``on_state``, metric families to ``on_families`` and
-    keeps the latest ``status``.
+    reader thread hands learners (:mod:`oahu.persistence` bytes) to ``on_state``, metric
+    families to ``on_families`` and keeps the latest ``status``.
     ``forward`` sends an item change, ``wait_items`` waits until it is applied, ``stop`` asks for
     a clean stop and waits for the process to exit. ``finished`` is set once it has exited;
     ``error`` then says why if it failed.
@@ -141,7 +128,7 @@ class LearnerProcess:
         args: tuple[Any, ...],
         initial: Any,
         status: dict[str, Any],
-        on_state: Callable[[dict[str, Any]], None],
+        on_state: Callable[[bytes], None],
         on_families: Callable[[list[Any]], None],
     ) -> None:
         self.status = status
@@ -236,7 +223,7 @@ class LearnerProcess:
             except (EOFError, OSError):
                 break
             if kind == STATE:
-                self.on_state(state_from_bytes(payload))
+                self.on_state(payload)
             elif kind == REPORT:
                 self.status, families = payload
                 self.on_families(families)

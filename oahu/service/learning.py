@@ -20,6 +20,7 @@ from oahu.connectors.file_source import FileSource
 from oahu.connectors.items import ItemStore
 from oahu.connectors.kafka_source import Backoff
 from oahu.learner import Learner
+from oahu.persistence import learner_from_bytes
 from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import Progress, checkpoint_path
 from oahu.service.config import ServiceConfig, configure_logging
@@ -30,11 +31,10 @@ from oahu.service.learner_process import (
     STOP_SIGNALS,
     ParentLink,
     listen,
-    state_from_bytes,
 )
 from oahu.service.metrics import LearningMetrics
 from oahu.service.native_threads import use_native_threads
-from oahu.service.snapshot import ReindexSchedule, learner_from_state
+from oahu.service.snapshot import ReindexSchedule
 
 log = logging.getLogger("oahu.service")
 
@@ -170,9 +170,7 @@ def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -
     )
     loop = None
     try:
-        loop = build_loop(
-            config, learner_from_state(state_from_bytes(state)), Progress.from_extra(progress), link
-        )
+        loop = build_loop(config, learner_from_bytes(state)[0], Progress.from_extra(progress), link)
         reader = threading.Thread(
             target=listen, args=(inbox, loop.catalog.apply, link, stop), daemon=True
         )

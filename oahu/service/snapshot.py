@@ -16,7 +16,6 @@ ones meanwhile.
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
@@ -27,7 +26,7 @@ import numpy as np
 
 from oahu.inference import GalleryIndex
 from oahu.learner import Learner
-from oahu.registry import learner_class
+from oahu.persistence import learner_from_bytes, learner_to_bytes
 from oahu.service.catalog import Catalog
 from oahu.service.ivf_index import IVFGalleryIndex
 from oahu.service.matmul_index import MatmulGalleryIndex
@@ -61,13 +60,6 @@ class Snapshot:
         return {"snapshot": self.version, "updates": self.updates}
 
 
-def learner_from_state(state: dict[str, Any]) -> Learner:
-    """A fresh learner holding ``state`` (as produced by ``Learner.get_state``)."""
-    learner = learner_class(state["learner"])(n_features=state["n_features"], **state["params"])
-    learner.set_state(state)
-    return learner
-
-
 def gallery_arrays(catalog: Catalog, cached: GalleryArrays | None = None) -> GalleryArrays:
     """The gallery's (version, ids, X, y): ``cached`` while its version is current (copying a
     35,000 × 784 gallery costs half as much as embedding it)."""
@@ -78,14 +70,14 @@ def gallery_arrays(catalog: Catalog, cached: GalleryArrays | None = None) -> Gal
 
 
 def build_snapshot(
-    state: dict[str, Any] | Learner,
+    state: bytes | Learner,
     catalog: Catalog,
     version: int,
     index: str = "exact",
     nprobe: int = 16,
     gallery: GalleryArrays | None = None,
 ) -> Snapshot:
-    """Clone the model from ``state`` (or reuse an already cloned learner) and index the gallery
+    """Read the model from ``state`` (or reuse an already read learner) and index the gallery
     (``gallery_arrays(catalog)`` unless given) with it: ``index`` "exact" (the paper's kNN,
     :mod:`oahu.service.matmul_index`), or "ivf" with ``nprobe`` (:mod:`oahu.service.ivf_index`).
 
@@ -95,11 +87,12 @@ def build_snapshot(
     >>> gallery = ItemStore(dim=2)
     >>> gallery.add(["a", "b"], [[1, 0], [0, 1]], y=[0, 1])
     >>> cat = Catalog(ItemStore(dim=2), gallery, pathlib.Path(tempfile.mkdtemp()) / "o.npz")
-    >>> snap = build_snapshot(make_learner("euclidean", 2).get_state(), cat, version=1)
+    >>> from oahu.persistence import learner_to_bytes
+    >>> snap = build_snapshot(learner_to_bytes(make_learner("euclidean", 2)), cat, version=1)
     >>> snap.index.n_items, snap.gallery_ids.tolist(), snap.updates
     (2, ['a', 'b'], 0)
     """
-    learner = state if isinstance(state, Learner) else learner_from_state(state)
+    learner = state if isinstance(state, Learner) else learner_from_bytes(state)[0]
     gallery_version, ids, X, y = gallery or gallery_arrays(catalog)
     gallery_index: GalleryIndex | None = None
     if ids and index == "ivf":
@@ -146,8 +139,9 @@ class ReindexSchedule:
 class SnapshotPublisher:
     """Builds and publishes snapshots in a background thread; ``current`` is the latest.
 
-    ``submit(state)`` hands over a learner state (from the learner process); ``offer(learner)``
-    copies a learner's state when the schedule says a rebuild is due.
+    ``submit(state)`` hands over a learner as :mod:`oahu.persistence` bytes (from the learner
+    process); ``offer(learner)`` copies a learner that way when the schedule says a rebuild is
+    due.
     """
 
     def __init__(
@@ -164,7 +158,7 @@ class SnapshotPublisher:
         self.metrics = metrics
         self.schedule = ReindexSchedule(reindex_every, reindex_interval)
         self.current: Snapshot | None = None
-        self._pending: dict[str, Any] | None = None
+        self._pending: bytes | None = None
         self._cond = threading.Condition()
         self._stop = False
         self._gallery: GalleryArrays | None = None
@@ -174,15 +168,15 @@ class SnapshotPublisher:
 
     # ------------------------------------------------------------------ model side
     def offer(self, learner: Learner, force: bool = False) -> bool:
-        """Hand over a copy of the learner's state if a rebuild is due; True if it was."""
+        """Hand over a copy of the learner if a rebuild is due; True if it was."""
         if not self.schedule.due(learner.updates, force):
             return False
-        self.submit(copy.deepcopy(learner.get_state()))
+        self.submit(learner_to_bytes(learner))
         return True
 
-    def submit(self, state: dict[str, Any]) -> None:
-        """Build a snapshot of ``state`` (``Learner.get_state``) next, replacing any older one
-        still waiting."""
+    def submit(self, state: bytes) -> None:
+        """Build a snapshot of ``state`` (a learner as :mod:`oahu.persistence` bytes) next,
+        replacing any older one still waiting."""
         with self._cond:
             self._pending = state
             self._cond.notify()
@@ -236,9 +230,9 @@ class SnapshotPublisher:
                 log.exception("snapshot build failed; still serving the previous one")
                 time.sleep(1.0)
 
-    def _publish(self, state: dict[str, Any] | None) -> None:
+    def _publish(self, state: bytes | None) -> None:
         current = self.current
-        source: dict[str, Any] | Learner
+        source: bytes | Learner
         if state is not None:
             source = state
         elif current is not None:
