@@ -26,11 +26,11 @@ import numpy as np
 
 from oahu.connectors.binary_codec import encode_binary_batch
 from oahu.connectors.constraint import ConstraintBatch
-from oahu.connectors.items import ItemStore
 from oahu.connectors.kafka_sink import KafkaSink
 from oahu.connectors.kafka_source import KafkaSource
 from oahu.connectors.messages import decode_batch
-from oahu.connectors.resolve import resolve_batch
+from oahu.service.catalog import ItemStore
+from oahu.service.learning.resolve import resolve_batch
 
 KAFKA_SH = Path(__file__).resolve().parents[1] / "scripts" / "kafka" / "kafka.sh"
 

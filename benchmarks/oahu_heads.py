@@ -25,10 +25,10 @@ import numpy as np
 import torch
 from sklearn.metrics import f1_score
 
-from oahu.cli.replay import parse_settings
-from oahu.inference import GalleryIndex, classify
+from oahu.inference import classify, make_index
 from oahu.oahu_learner import OAHU
 from oahu.replay import replay
+from oahu.settings import parse_settings
 from oahu.streams.stream_file import build_stream
 
 
@@ -36,7 +36,7 @@ def depth_errors(model: OAHU, stream, queries: np.ndarray) -> dict:
     gallery = model.embed(stream.X[stream.dev_idx], role="gallery")
     embedded = model.embed(stream.X[stream.test_idx[queries]], role="query")
     labels = stream.y[stream.test_idx[queries]]
-    index = GalleryIndex(gallery, stream.y[stream.dev_idx], model.metric)
+    index = make_index("exact", gallery, stream.y[stream.dev_idx], model.metric)
     weights = [("combined", model.alpha)] + [
         (f"d{l}", np.eye(model.n_depths)[l]) for l in range(model.n_depths)
     ]
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=5000)
     args = parser.parse_args()
     stream = build_stream("fashion-mnist", 10_000, seed=args.seed)
-    model = OAHU(stream.n_features, preset=args.preset, **parse_settings(args.set))
+    model = OAHU(stream.n_features, preset=args.preset, **parse_settings(args.set, "--set"))
     model.prepare(stream.X[stream.dev_idx])
     if args.svd_head0:
         centred = model.input_scaler.transform(stream.X[stream.dev_idx].astype(np.float32))

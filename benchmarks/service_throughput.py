@@ -28,13 +28,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ingest import broker
 
-from oahu.cli.produce import encode_stream
 from oahu.connectors.kafka_sink import KafkaSink
+from oahu.connectors.messages import encode_stream
 from oahu.registry import make_learner
-from oahu.service.app import Service
 from oahu.service.config import ServiceConfig
-from oahu.service.native_threads import use_native_threads
+from oahu.service.serving.app import Service
 from oahu.streams.stream_file import ConstraintStream, build_stream
+from oahu.threads import use_native_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -70,7 +70,7 @@ def main() -> None:
     parser.add_argument("--no-kafka", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS / "service_throughput.json")
     args = parser.parse_args()
-    use_native_threads(1)
+    use_native_threads(1, faiss=True)
 
     stream = build_stream(args.dataset, args.n, seed=0)
     alone, reference = learner_rate(stream, args.learner)

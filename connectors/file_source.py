@@ -9,23 +9,33 @@ Three kinds of file:
   e.g. JSON messages written by another tool or replayed from dead letters.
 
 Records come as binary messages with items by id (the stream's item indices), so the service
-decodes files and Kafka the same way; the offset of a record is its constraint index. Items met
-in a stream are added to ``items`` when an ``ItemStore`` is given.
+decodes files and Kafka the same way; the offset of a record is its constraint index. A stream
+file's items (features and labels by index) are handed out by :meth:`FileSource.items`, for the
+item store that resolves those ids.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
-from oahu.connectors.binary_codec import encode_binary_batch
-from oahu.connectors.constraint import ROLES, ConstraintBatch
-from oahu.connectors.items import ItemStore
-from oahu.connectors.source import SourceRecord
+from oahu.connectors.messages import encode_constraints
+from oahu.connectors.source import PartitionCallback, SourceRecord
+from oahu.streams.jsonl import CONSTRAINT_FIELDS
+from oahu.streams.stream_file import iter_jsonl, load_stream
+
+
+class StreamItems(NamedTuple):
+    """The items of a stream file: ids (the item indices), features ``X`` and labels ``y``."""
+
+    ids: np.ndarray
+    X: np.ndarray
+    y: np.ndarray
 
 
 def _is_stream_jsonl(path: Path) -> bool:
@@ -43,6 +53,9 @@ def _is_stream_jsonl(path: Path) -> bool:
 class FileSource:
     """Records of a stream file, partition 0, offsets 0, 1, 2, ... in file order.
 
+    ``on_assign([0])`` (see :meth:`listen`) runs at the first poll, as a Kafka source announces
+    its partitions.
+
     >>> import tempfile
     >>> from oahu.streams.stream_file import ConstraintStream
     >>> path = Path(tempfile.mkdtemp()) / "s.npz"
@@ -51,26 +64,25 @@ class FileSource:
     >>> src = FileSource(path)
     >>> [(r.offset, len(r.value)) for r in src.poll(10)], src.exhausted
     ([(0, 40), (1, 40)], True)
+    >>> src.items().ids.tolist(), src.items().y.tolist()
+    ([0, 1, 2], [0, 0, 1])
     """
 
-    def __init__(self, path: str | os.PathLike[str], items: ItemStore | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.source = os.fspath(path)
-        self.items = items
         self.exhausted = False
-        self.committed: int | None = None
+        self.last_committed: int | None = None
         self._position = 0
+        self._on_assign: PartitionCallback | None = None
+        self._assigned = False
         self.kind: str | None = None  # known once the stream's header is read
         if self.path.suffix == ".npz":
-            from oahu.streams.stream_file import ConstraintStream
-
-            stream = ConstraintStream.load(self.path)
-            self.kind = stream.kind
-            self._constraints, self._similar = stream.constraints, stream.similar
-            self._total: int | None = len(stream)
-            if items is not None:
-                items.add(np.arange(stream.n_items), stream.X, stream.y)
-            self._lines: Iterator[bytes] | None = None
+            self._stream = load_stream(self.path)
+            self.kind = self._stream.kind
+            self._constraints, self._similar = self._stream.constraints, self._stream.similar
+            self._total: int | None = len(self._stream)
+            self._lines: Generator[bytes, None, None] | None = None
         else:
             self._stream_jsonl = _is_stream_jsonl(self.path)
             self._total = None
@@ -82,41 +94,54 @@ class FileSource:
         return True
 
     @property
+    def assignment(self) -> list[int]:
+        return [0]
+
+    def listen(self, on_assign: PartitionCallback, on_revoke: PartitionCallback) -> None:
+        """``on_assign([0])`` runs at the first poll; a file never revokes its partition."""
+        self._on_assign = on_assign
+
+    def items(self) -> StreamItems | None:
+        """The stream file's items, or None for a file of messages (which carries none)."""
+        if self._lines is None:
+            stream = self._stream
+        elif self._stream_jsonl:
+            stream = load_stream(self.path)
+        else:
+            return None
+        return StreamItems(np.arange(stream.n_items), stream.X, stream.y)
+
+    @property
     def position(self) -> int:
         """Offset of the next record."""
         return self._position
 
-    def _open_lines(self) -> Iterator[bytes]:
+    def _open_lines(self) -> Generator[bytes, None, None]:
         return self._jsonl_stream_values() if self._stream_jsonl else self._message_lines()
 
-    def _message_lines(self) -> Iterator[bytes]:
+    def _message_lines(self) -> Generator[bytes, None, None]:
         with open(self.path, "rb") as fh:
             for line in fh:
                 line = line.strip()
                 if line:
                     yield line
 
-    def _jsonl_stream_values(self) -> Iterator[bytes]:
-        from oahu.streams.stream_file import iter_jsonl
-
+    def _jsonl_stream_values(self) -> Generator[bytes, None, None]:
         records = iter_jsonl(self.path)
         header = next(records)
         self.kind = header["kind"]
         self._total = header["n_constraints"]
-        roles = ("anchor", "positive", "negative") if self.kind == "triplet" else ("u", "v")
+        fields = CONSTRAINT_FIELDS[self.kind]
         for record in records:
-            if record["type"] == "item":
-                if self.items is not None:
-                    self.items.add([record["id"]], record["x"][None], [record["label"]])
+            if record["type"] == "item":  # handed out by items()
                 continue
-            ids = np.array([[record[r] for r in roles]], dtype=np.int64)
+            ids = np.array([[record[f] for f in fields]], dtype=np.int64)
             similar = np.array([record["similar"]]) if self.kind == "pair" else None
             yield self._encode(ids, similar)[0]
 
     def _encode(self, ids: np.ndarray, similar: np.ndarray | None) -> list[bytes]:
-        assert self.kind is not None and ids.shape[1] == len(ROLES[self.kind])
-        index = np.arange(len(ids), dtype=np.int64)
-        return encode_binary_batch(ConstraintBatch(self.kind, index, ids=ids, similar=similar))
+        assert self.kind is not None
+        return encode_constraints(self.kind, ids=ids, similar=similar)
 
     def _read(self, n: int) -> list[bytes]:
         if self._lines is None:  # .npz: encode the next window in one step
@@ -135,6 +160,10 @@ class FileSource:
     def poll(self, max_records: int = 500, timeout: float = 0.0) -> list[SourceRecord]:
         """The next records (at most ``max_records``); [] and ``exhausted`` at the end.
         ``timeout`` is accepted for interface parity and never waited on."""
+        if not self._assigned:
+            self._assigned = True
+            if self._on_assign is not None:
+                self._on_assign(self.assignment)
         values = self._read(max_records)
         start = self._position
         self._position += len(values)
@@ -145,8 +174,11 @@ class FileSource:
     # ------------------------------------------------------------------ offsets
     def commit(self, offsets: Mapping[int, int]) -> bool:
         """Remember the committed offset (files have no broker; the checkpoint persists it)."""
-        self.committed = int(offsets[0])
+        self.last_committed = int(offsets[0])
         return True
+
+    def committed(self, partition: int) -> int | None:
+        return self.last_committed
 
     def seek(self, offsets: int | Mapping[int, int]) -> None:
         """Continue from ``offsets`` (an int, or ``{0: offset}``)."""
@@ -167,5 +199,5 @@ class FileSource:
         return {0: max(0, self._total - self._position)}
 
     def close(self) -> None:
-        if self._lines is not None and hasattr(self._lines, "close"):
-            self._lines.close()  # type: ignore[union-attr]
+        if self._lines is not None:
+            self._lines.close()

@@ -18,17 +18,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
 from kafka.errors import KafkaConfigurationError, KafkaError
 
-from oahu.connectors.source import SourceRecord
+from oahu.connectors.source import PartitionCallback, SourceRecord
 
 log = logging.getLogger(__name__)
-
-PartitionCallback = Callable[[list[int]], None]
 
 
 class Backoff:
@@ -141,6 +139,16 @@ class KafkaSource:
     def ready(self) -> bool:
         """Connected to the cluster and the last poll succeeded."""
         return self._consumer is not None and self._healthy
+
+    @property
+    def exhausted(self) -> bool:
+        """Never: more records may always arrive."""
+        return False
+
+    def listen(self, on_assign: PartitionCallback, on_revoke: PartitionCallback) -> None:
+        """Rebalance callbacks (replacing those given to the constructor); call before the
+        first ``poll``."""
+        self.on_assign, self.on_revoke = on_assign, on_revoke
 
     def _failed(self, what: str, error: Exception) -> None:
         delay = self._backoff.fail()

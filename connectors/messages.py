@@ -2,7 +2,9 @@
 
 ``decode`` turns one message into a ``Constraint``; ``decode_batch`` turns many into array
 batches for throughput, keeping stream order. Both report bad input as ``DecodeError`` with a
-stable ``reason`` (see ``oahu.connectors.constraint.REASONS``). Formats: ``connectors/MESSAGES.md``.
+stable ``reason`` (see ``oahu.connectors.constraint.REASONS``). ``encode_constraints`` and
+``encode_stream`` write rows of constraint arrays, or a stream file's constraints, as messages.
+Formats: ``connectors/MESSAGES.md``.
 
 >>> msg = encode_binary(Constraint("triplet", ids=("5", "6", "7")))
 >>> decode(msg).ids == decode(encode_json(decode(msg))).ids == ("5", "6", "7")
@@ -11,6 +13,7 @@ True
 
 from __future__ import annotations
 
+import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +25,7 @@ from oahu.connectors.binary_codec import (
     decode_binary_run,
     decode_uniform,
     encode_binary,
+    encode_binary_batch,
     parse_header,
 )
 from oahu.connectors.constraint import (
@@ -32,6 +36,7 @@ from oahu.connectors.constraint import (
     DecodeError,
 )
 from oahu.connectors.json_codec import decode_json, encode_json
+from oahu.streams.stream_file import load_stream
 
 __all__ = [
     "MISSING_LABEL",
@@ -43,7 +48,9 @@ __all__ = [
     "decode",
     "decode_batch",
     "encode_binary",
+    "encode_constraints",
     "encode_json",
+    "encode_stream",
 ]
 
 _JSON_START = frozenset(b"{ \t\r\n")
@@ -160,3 +167,51 @@ def _stack(constraints: list[Constraint], index: np.ndarray) -> ConstraintBatch:
         similar=np.array([c.similar for c in constraints]) if first.kind == "pair" else None,
         ts=ts,
     )
+
+
+def encode_constraints(
+    kind: str,
+    ids: np.ndarray | None = None,
+    x: np.ndarray | None = None,
+    similar: np.ndarray | None = None,
+    fmt: str = "binary",
+) -> list[bytes]:
+    """One message per row, in order: items by (integer) ``ids`` (n, n_items) or inline ``x``
+    (n, n_items, dim); ``similar`` (n,) for pairs; ``fmt`` "binary" or "json".
+
+    >>> encode_constraints("pair", ids=np.array([[4, 2]]), similar=np.array([True]), fmt="json")
+    [b'{"v":1,"kind":"pair","left":{"id":"4"},"right":{"id":"2"},"similar":true}']
+    """
+    if fmt not in ("binary", "json"):
+        raise ValueError(f"fmt: 'binary' or 'json', got {fmt!r}")
+    n = len(ids if ids is not None else x)  # type: ignore[arg-type]
+    batch = ConstraintBatch(kind, np.arange(n), ids=ids, x=x, similar=similar)
+    if fmt == "binary":
+        return encode_binary_batch(batch)
+    return [encode_json(batch.row(i)) for i in range(n)]
+
+
+def encode_stream(
+    path: str | os.PathLike[str],
+    fmt: str = "binary",
+    inline: bool = False,
+    start: int = 0,
+    limit: int | None = None,
+) -> list[bytes]:
+    """The messages of a stream file's constraints ``start:start+limit``, in stream order, with
+    items by id (the item indices) or, with ``inline``, their feature vectors.
+
+    >>> import tempfile, pathlib
+    >>> from oahu.streams.stream_file import ConstraintStream
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "s.npz"
+    >>> ConstraintStream(np.eye(3), [0, 0, 1], [0, 1, 2], [], "triplet", [[0, 1, 2]]).save(path)
+    >>> encode_stream(path, "json")
+    [b'{"v":1,"kind":"triplet","anchor":{"id":"0"},"positive":{"id":"1"},"negative":{"id":"2"}}']
+    """
+    stream = load_stream(path)
+    stop = len(stream) if limit is None else min(len(stream), start + limit)
+    ids = stream.constraints[start:stop]
+    similar = None if stream.similar is None else stream.similar[start:stop]
+    if inline:
+        return encode_constraints(stream.kind, x=stream.X[ids], similar=similar, fmt=fmt)
+    return encode_constraints(stream.kind, ids=ids, similar=similar, fmt=fmt)

@@ -2,13 +2,19 @@
 
 Kafka topics and stream files look the same to the service: ``poll`` returns records with a
 partition and an offset, ``commit`` records progress (offset of the next record to read, as in
-Kafka), ``seek`` restarts from a checkpointed position and ``lag`` says how much is left.
+Kafka), ``seek`` restarts from a checkpointed position and ``lag`` says how much is left. The
+partitions a source reads are announced to the callbacks given to ``listen`` before their first
+record (a Kafka rebalance, or a file's one partition at its first poll), so one handler moves
+every source to its checkpointed offsets.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+PartitionCallback = Callable[[list[int]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,11 +49,31 @@ class Source(Protocol):
         """Connected and able to deliver records (a file source always is)."""
         ...
 
+    @property
+    def exhausted(self) -> bool:
+        """No record is left and none will come (a file read to its end; never a topic)."""
+        ...
+
+    @property
+    def assignment(self) -> list[int]:
+        """The partitions this source reads now."""
+        ...
+
+    def listen(self, on_assign: PartitionCallback, on_revoke: PartitionCallback) -> None:
+        """Call ``on_assign(partitions)`` before the first record of newly read partitions and
+        ``on_revoke(partitions)`` before giving partitions up (both may ``commit`` and
+        ``seek``)."""
+        ...
+
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[SourceRecord]: ...
 
-    def commit(self, offsets: dict[int, int]) -> bool: ...
+    def commit(self, offsets: Mapping[int, int]) -> bool: ...
 
-    def seek(self, offsets: dict[int, int]) -> None: ...
+    def committed(self, partition: int) -> int | None:
+        """The offset last committed for ``partition`` (None if none)."""
+        ...
+
+    def seek(self, offsets: Mapping[int, int]) -> None: ...
 
     def lag(self) -> dict[int, int]: ...
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import f1_score, roc_auc_score
 
-from oahu.inference import GalleryIndex, classify, recall_at, retrieve, verify
+from oahu.inference import classify, make_index, recall_at, retrieve, verify
 from oahu.learner import Learner
 
 RECALL_KS: tuple[int, ...] = (1, 2, 4, 8)
@@ -81,12 +81,14 @@ def evaluate(
     recall_ks: tuple[int, ...] = RECALL_KS,
     seed: int = 0,
     max_queries: int | None = None,
+    index_kind: str = "exact",
 ) -> Evaluation:
     """Classification, verification and retrieval quality of ``learner`` (see module doc).
 
-    ``max_queries`` evaluates a seeded random subset of that many queries instead of all of them
-    (an unbiased estimate, for sweeps where the full test split costs too much); the galleries
-    stay whole.
+    ``index_kind`` is the gallery search (:func:`oahu.inference.make_index`; ``"exact"``, the
+    one the service answers with, by default). ``max_queries`` evaluates a seeded random subset of
+    that many queries instead of all of them (an unbiased estimate, for sweeps where the full test
+    split costs too much); the galleries stay whole.
     """
     y = np.asarray(y)
     alpha = learner.alpha
@@ -101,7 +103,7 @@ def evaluate(
     queries = learner.embed(X[query_idx[subset]], role="query")
     query_labels = y[query_idx[subset]]
 
-    index = GalleryIndex(gallery, y[gallery_idx], learner.metric)
+    index = make_index(index_kind, gallery, y[gallery_idx], learner.metric)
     predicted = classify(index, queries, alpha, k=k).labels
     error = float(np.mean(predicted != query_labels))
     macro_f1 = float(f1_score(query_labels, predicted, average="macro"))
@@ -117,7 +119,7 @@ def evaluate(
     score = verify(queries[:, i], test_gallery[:, subset[j]], alpha, metric=learner.metric).score
     auc = float(roc_auc_score(same, score))
 
-    test_index = GalleryIndex(test_gallery, test_labels, learner.metric)
+    test_index = make_index(index_kind, test_gallery, test_labels, learner.metric)
     found = retrieve(test_index, queries, alpha, k=max(recall_ks), exclude=subset).positions
     retrieved_labels = np.where(found >= 0, test_labels[np.maximum(found, 0)], -1)
     return Evaluation(error, macro_f1, auc, recall_at(retrieved_labels, query_labels, recall_ks))

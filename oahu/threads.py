@@ -1,4 +1,19 @@
-"""Thread limits for the BLAS calls of a learning step on the CPU."""
+"""How many threads the native libraries may use: BLAS during a learning step, and the OpenMP
+pools of torch and faiss per service thread.
+
+Learning steps are a few dozen small matrix operations (OAHU) or memory-bound level-2 BLAS calls
+(the Mahalanobis and bilinear baselines). Spreading those over threads buys nothing, and each
+parallel region's fork/join can wait a whole scheduler quantum (milliseconds) when another
+process holds the other core: measured here under load, an OAHU micro-batch step on two threads
+ran 23 times slower than on one, and two dgemv calls of a baseline update at d = 784 took 4.8 ms
+against 0.35 ms. So a step runs inside :func:`blas_threads`.
+
+OpenMP keeps its thread count per calling thread: ``torch.set_num_threads`` in the main thread
+leaves a worker thread with the default (one per core), and on a 2-core box a query thread then
+ran every small call on a spinning team of two that fought the learner for the cores (100 ms per
+query instead of 3 ms). So each service thread sets its own count with
+:func:`use_native_threads` when it starts.
+"""
 
 from __future__ import annotations
 
@@ -21,11 +36,6 @@ def _controller() -> ThreadpoolController:
 def blas_threads(n: int | None) -> AbstractContextManager[Any]:
     """Run the block with at most ``n`` BLAS threads (``None``: leave as is), then restore.
 
-    A strict OAHU step is a few dozen operations on matrices of a few rows. Spreading those over
-    threads buys nothing, and each parallel region's fork/join can wait a whole scheduler quantum
-    (milliseconds) when another process holds the other core: measured here under load, a
-    micro-batch step on two threads ran 23 times slower than on one.
-
     >>> import numpy as np
     >>> with blas_threads(1):
     ...     float((np.ones((2, 2)) @ np.ones((2, 2)))[0, 0])
@@ -34,3 +44,21 @@ def blas_threads(n: int | None) -> AbstractContextManager[Any]:
     if n is None:
         return nullcontext()
     return _controller().limit(limits=n, user_api="blas")
+
+
+def use_native_threads(n: int = 1, faiss: bool = False) -> None:
+    """Run this thread's torch work (and with ``faiss``, faiss's) on ``n`` OpenMP threads.
+
+    Only the serving process searches with faiss; the learner process never imports it.
+
+    >>> import torch
+    >>> use_native_threads(1); torch.get_num_threads()
+    1
+    """
+    import torch
+
+    torch.set_num_threads(n)
+    if faiss:
+        import faiss as faiss_lib
+
+        faiss_lib.omp_set_num_threads(n)

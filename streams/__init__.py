@@ -25,6 +25,7 @@ from oahu.streams.stream_file import (
     PROTOCOLS,
     ConstraintStream,
     build_stream,
+    load_stream,
 )
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "load_dataset",
     "load_digits",
     "load_fashion_mnist",
+    "load_stream",
     "pair_stream",
     "random_pairs",
     "random_triplets",

@@ -68,12 +68,13 @@ def _list(v: Any) -> str | None:
     return None if isinstance(v, list) else "expected a list of numbers"
 
 
-# Record type -> required fields -> check (None when the value is fine, else what was expected).
-_ITEM_ID_FIELDS = {
-    "item": ("id",),
+#: The item-index fields of a constraint record, by kind, in constraint order.
+CONSTRAINT_FIELDS: dict[str, tuple[str, ...]] = {
     "triplet": ("anchor", "positive", "negative"),
     "pair": ("u", "v"),
 }
+# Record type -> required fields -> check (None when the value is fine, else what was expected).
+_ITEM_ID_FIELDS = {"item": ("id",), **CONSTRAINT_FIELDS}
 _SCHEMA: dict[str, dict[str, Callable[[Any], str | None]]] = {
     "header": {
         "version": _integer,
@@ -109,7 +110,7 @@ def write_jsonl(stream: ConstraintStream, path: str | os.PathLike[str]) -> None:
             ):
                 item = {"type": "item", "id": i, "x": x, "label": label, "split": split}
                 fh.write(json.dumps(item) + "\n")
-        fields = ("anchor", "positive", "negative") if stream.kind == "triplet" else ("u", "v")
+        fields = CONSTRAINT_FIELDS[stream.kind]
         similar = [] if stream.similar is None else stream.similar.tolist()
         for k, ids in enumerate(stream.constraints.tolist()):
             record = {"type": stream.kind, **dict(zip(fields, ids, strict=True))}
@@ -258,12 +259,11 @@ def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:
             i = record["id"]
             X[i], y[i] = record["x"], record["label"]
             split_ids[record["split"]].append(i)
-        elif kind == "triplet":
-            constraints.append((record["anchor"], record["positive"], record["negative"]))
         else:
-            constraints.append((record["u"], record["v"]))
-            similar.append(record["similar"])
-    width = 3 if kind == "triplet" else 2
+            constraints.append(tuple(record[f] for f in CONSTRAINT_FIELDS[kind]))
+            if kind == "pair":
+                similar.append(record["similar"])
+    width = len(CONSTRAINT_FIELDS[kind])
     return ConstraintStream(
         X=X,
         y=y,

@@ -52,6 +52,7 @@ __all__ = [
     "ConstraintStream",
     "build_stream",
     "iter_jsonl",
+    "load_stream",
     "read_jsonl",
     "write_jsonl",
 ]
@@ -60,6 +61,7 @@ FORMAT_VERSION = 1
 KINDS: tuple[str, ...] = ("triplet", "pair")
 PROTOCOLS: tuple[str, ...] = ("closure", "random")
 _WIDTH = {"triplet": 3, "pair": 2}
+_ZIP_MAGIC = b"PK\x03\x04"  # how every .npz file starts
 _NPZ_KEYS = ("X", "y", "dev_idx", "test_idx", "kind", "constraints", "meta")
 
 
@@ -240,6 +242,22 @@ class ConstraintStream:
             similar=arrays.get("similar"),
             meta=meta,
         )
+
+
+def load_stream(path: str | os.PathLike[str]) -> ConstraintStream:
+    """A stream file of either format: .npz (a zip archive) or JSON Lines, told by its first bytes.
+
+    >>> import tempfile, pathlib
+    >>> X = np.eye(3, dtype=np.float32)
+    >>> s = ConstraintStream(X, [0, 0, 1], [0, 1, 2], [], "triplet", [[0, 1, 2]])
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> s.save(folder / "s.npz"); write_jsonl(s, folder / "s.jsonl")
+    >>> [len(load_stream(folder / name)) for name in ("s.npz", "s.jsonl")]
+    [1, 1]
+    """
+    with open(path, "rb") as fh:
+        is_zip = fh.read(4) == _ZIP_MAGIC
+    return ConstraintStream.load(path) if is_zip else read_jsonl(path)
 
 
 def build_stream(

@@ -18,9 +18,8 @@ import torch
 
 from oahu.learner import Learner
 from oahu.registry import make_learner
-from oahu.service.learner_process import ParentLink
+from oahu.service.learning.link import ParentLink, ReindexSchedule
 from oahu.service.metrics import LearningMetrics
-from oahu.service.snapshot import ReindexSchedule
 from oahu.streams.stream_file import ConstraintStream, build_stream
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,6 @@ import pytest
 
 from oahu.connectors.dead_letter import DeadLetter, DeadLetterFile, read_dead_letters
 from oahu.connectors.file_source import FileSource
-from oahu.connectors.items import ItemStore
 from oahu.connectors.messages import Constraint, DecodeError, decode, decode_batch, encode_json
 from oahu.connectors.source import Source
 from oahu.streams.stream_file import ConstraintStream, write_jsonl
@@ -39,10 +38,12 @@ def stream_path(request, tmp_path):
 
 def test_reads_a_stream_file_in_order(stream_path) -> None:
     path, stream = stream_path
-    items = ItemStore()
-    src = FileSource(path, items=items)
-    assert isinstance(src, Source) and src.ready
+    src = FileSource(path)
+    assigned: list[list[int]] = []
+    src.listen(assigned.append, on_revoke=lambda partitions: None)
+    assert isinstance(src, Source) and src.ready and src.assignment == [0]
     first = src.poll(max_records=3)
+    assert assigned == [[0]]  # announced once, at the first poll, like a Kafka assignment
     assert [r.offset for r in first] == [0, 1, 2] and not src.exhausted
     assert {(r.source, r.partition) for r in first} == {(str(path), 0)}
     rest = src.poll(max_records=100)
@@ -51,9 +52,12 @@ def test_reads_a_stream_file_in_order(stream_path) -> None:
     (batch,) = decode_batch([r.value for r in first + rest]).batches
     np.testing.assert_array_equal(batch.ids, stream.constraints)
     np.testing.assert_array_equal(batch.similar, stream.similar)
-    # the stream's items went into the store under their indices
-    np.testing.assert_array_equal(items.get(np.arange(10)), stream.X)
-    np.testing.assert_array_equal(items.labels(np.arange(10)), stream.y)
+    assert assigned == [[0]]
+    # the stream's items, under their indices, for the store that resolves them
+    ids, X, y = src.items()
+    np.testing.assert_array_equal(ids, np.arange(10))
+    np.testing.assert_array_equal(X, stream.X)
+    np.testing.assert_array_equal(y, stream.y)
 
 
 def test_seek_restarts_from_an_offset(stream_path) -> None:
@@ -72,7 +76,8 @@ def test_seek_restarts_from_an_offset(stream_path) -> None:
     assert src.poll() == [] and src.exhausted
     with pytest.raises(ValueError):
         src.seek(-1)
-    assert src.commit({0: 3}) and src.committed == 3
+    assert src.committed(0) is None
+    assert src.commit({0: 3}) and src.committed(0) == 3
     src.close()
 
 
@@ -85,6 +90,7 @@ def test_message_per_line_file(tmp_path) -> None:
     path = tmp_path / "messages.jsonl"
     path.write_bytes(msgs[0] + b"\n\n" + msgs[1] + b"\n" + msgs[2] + b"\n")
     src = FileSource(path)
+    assert src.items() is None  # messages carry no items of their own
     records = src.poll(max_records=10)
     assert [(r.offset, r.value) for r in records] == list(enumerate(msgs))
     assert src.exhausted and src.lag() == {0: 0}

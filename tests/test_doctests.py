@@ -45,3 +45,20 @@ def test_site_packages_gets_one_top_level_package() -> None:
     assert top_level is not None and top_level.split() == ["oahu"]
     assert oahu.streams.__name__ == "oahu.streams"
     assert oahu.connectors.__path__[0].endswith("connectors")
+
+
+def test_every_subpackage_is_listed_for_installation() -> None:
+    """pyproject.toml lists oahu's packages explicitly (streams/ and connectors/ are mapped into
+    it); an editable install finds an unlisted one anyway, a wheel would leave it out."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(
+        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {"oahu.streams", "oahu.connectors"} | {
+        ".".join(init.parent.relative_to(root).parts)
+        for init in (root / "oahu").rglob("__init__.py")
+    }
+    assert listed == found

@@ -1,4 +1,4 @@
-"""Serving (Eq. 23-27) on small hand-scored examples."""
+"""Serving (Eq. 23-27) on small hand-scored examples, with each exact kind of gallery index."""
 
 import math
 
@@ -6,13 +6,15 @@ import numpy as np
 import pytest
 
 from oahu.inference import (
-    GalleryIndex,
     classify,
+    make_index,
     neighbour_scores,
     recall_at,
     retrieve,
     verify,
 )
+
+EXACT_KINDS = ["exact", "flat"]
 
 
 def emb(*rows_per_depth):
@@ -27,11 +29,12 @@ def test_neighbour_scores_by_hand_including_equal_distances() -> None:
     assert s[1, 0].tolist() == pytest.approx([0.6, 0.6, 0.6])
 
 
-def test_classify_sums_scores_over_depths_and_neighbours() -> None:
+@pytest.mark.parametrize("kind", EXACT_KINDS)
+def test_classify_sums_scores_over_depths_and_neighbours(kind: str) -> None:
     # Gallery on a line (1-d embeddings), two depths that disagree.
     gallery = emb([[0.0], [1.0], [3.0]], [[5.0], [0.0], [0.2]])
     labels = np.array([7, 8, 8])
-    index = GalleryIndex(gallery, labels)
+    index = make_index(kind, gallery, labels)
     query = emb([[0.0]], [[0.0]])
     alpha = np.array([0.7, 0.3])
     out = classify(index, query, alpha, k=2)
@@ -44,8 +47,9 @@ def test_classify_sums_scores_over_depths_and_neighbours() -> None:
     assert out.labels.tolist() == [7]  # 0.7 > 0.6679
 
 
-def test_classify_with_k_equal_to_gallery_and_tied_distances() -> None:
-    index = GalleryIndex(emb([[1.0], [-1.0]]), np.array([0, 1]))
+@pytest.mark.parametrize("kind", EXACT_KINDS)
+def test_classify_with_k_equal_to_gallery_and_tied_distances(kind: str) -> None:
+    index = make_index(kind, emb([[1.0], [-1.0]]), np.array([0, 1]))
     out = classify(index, emb([[0.0]]), np.array([1.0]), k=2)
     assert out.scores[0].tolist() == pytest.approx([1.0, 1.0])  # d_max = d_min: both e⁰
     assert out.labels.tolist() == [0]  # ties go to the smallest label
@@ -64,9 +68,10 @@ def test_verify_votes_and_score() -> None:
     assert verify(a, b, alpha, threshold=0.0).similar.tolist() == [False]
 
 
-def test_retrieve_keeps_distinct_items_at_their_best_score() -> None:
+@pytest.mark.parametrize("kind", EXACT_KINDS)
+def test_retrieve_keeps_distinct_items_at_their_best_score(kind: str) -> None:
     gallery = emb([[0.0], [1.0], [2.0], [9.0]], [[2.0], [0.0], [1.0], [9.0]])
-    index = GalleryIndex(gallery)
+    index = make_index(kind, gallery)
     alpha = np.array([0.5, 0.5])
     out = retrieve(index, emb([[0.0]], [[0.0]]), alpha, k=3)
     # depth 0 top-3: items 0 (0.5), 1 (0.5·e^-0.5), 2 (0.5·e^-1)
@@ -76,15 +81,17 @@ def test_retrieve_keeps_distinct_items_at_their_best_score() -> None:
     assert out.scores[0].tolist() == pytest.approx([0.5, 0.5, 0.5 * math.exp(-0.5)])
 
 
-def test_retrieve_excludes_the_query_and_pads() -> None:
-    index = GalleryIndex(emb([[0.0], [1.0]]))
+@pytest.mark.parametrize("kind", EXACT_KINDS)
+def test_retrieve_excludes_the_query_and_pads(kind: str) -> None:
+    index = make_index(kind, emb([[0.0], [1.0]]))
     out = retrieve(index, emb([[0.0], [1.0]]), np.array([1.0]), k=2, exclude=np.array([0, 1]))
     assert out.positions.tolist() == [[1, -1], [0, -1]]
 
 
-def test_inner_product_gallery_ranks_by_similarity() -> None:
-    index = GalleryIndex(
-        emb([[1.0, 0.0], [3.0, 0.0], [0.0, 1.0]]), np.array([0, 1, 2]), metric="ip"
+@pytest.mark.parametrize("kind", EXACT_KINDS)
+def test_inner_product_gallery_ranks_by_similarity(kind: str) -> None:
+    index = make_index(
+        kind, emb([[1.0, 0.0], [3.0, 0.0], [0.0, 1.0]]), np.array([0, 1, 2]), metric="ip"
     )
     dissim, pos = index.search(emb([[1.0, 0.0]]), k=3)
     assert pos.tolist() == [[[1, 0, 2]]]
@@ -98,7 +105,8 @@ def test_recall_at() -> None:
     assert recall_at(retrieved, np.array([0, 1, 0]), ks=(1, 2, 3)) == {1: 1 / 3, 2: 1 / 3, 3: 2 / 3}
 
 
-def test_bad_query_shape_names_the_field() -> None:
-    index = GalleryIndex(emb([[0.0, 1.0]]))
+@pytest.mark.parametrize("kind", EXACT_KINDS)
+def test_bad_query_shape_names_the_field(kind: str) -> None:
+    index = make_index(kind, emb([[0.0, 1.0]]))
     with pytest.raises(ValueError, match="queries"):
         index.search(np.zeros((2, 1, 2), dtype=np.float32), k=1)

@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from service_support import assert_same_model, make_stream, train_reference, wait_until
 
-from oahu.service.app import Service
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
+from oahu.service.serving.app import Service
 from oahu.streams.stream_file import ConstraintStream
 
 N = 400

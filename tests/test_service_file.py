@@ -17,12 +17,12 @@ from service_support import (
     wait_until,
 )
 
-from oahu.cli.produce import encode_stream
 from oahu.connectors.dead_letter import read_dead_letters
+from oahu.connectors.messages import encode_stream
 from oahu.registry import LEARNER_NAMES, make_learner
-from oahu.service.app import Service
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
+from oahu.service.serving.app import Service
 from oahu.streams.stream_file import ConstraintStream
 
 

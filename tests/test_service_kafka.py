@@ -28,8 +28,8 @@ from service_support import (
     wait_until,
 )
 
-from oahu.cli.produce import encode_stream
 from oahu.connectors.kafka_sink import KafkaSink
+from oahu.connectors.messages import encode_stream
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.streams.stream_file import ConstraintStream
 

@@ -4,6 +4,8 @@ subprocesses)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from service_support import (
@@ -15,12 +17,11 @@ from service_support import (
     wait_until,
 )
 
-from oahu.cli.produce import encode_stream
-from oahu.connectors.items import ItemStore
-from oahu.service.catalog import Catalog
+from oahu.connectors.messages import encode_stream
+from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
-from oahu.service.learner_process import LearnerProcess
-from oahu.service.learning import OVERLAY_FILE
+from oahu.service.messages import Start
+from oahu.service.serving.process import LearnerProcess
 from oahu.streams.stream_file import ConstraintStream
 
 
@@ -108,7 +109,7 @@ def test_items_added_through_the_api_before_a_start_resolve_in_the_learner(tmp_p
 def test_a_failing_learner_process_reports_why_and_counts_as_finished():
     states, families = [], []
     process = LearnerProcess(
-        failing_learner, ("boom: no source",), b"state", {"constraints_consumed": 0},
+        failing_learner, ("boom: no source",), Start(b"learner", {}), {"constraints_consumed": 0},
         states.append, families.append,
     )  # fmt: skip
     process.start()
@@ -117,3 +118,17 @@ def test_a_failing_learner_process_reports_why_and_counts_as_finished():
     assert process.wait_items(1, timeout=1) is False  # nobody left to apply item changes
     assert states == [] and families == [] and process.status == {"constraints_consumed": 0}
     process.stop()  # already finished: returns at once
+
+
+def test_the_learner_process_imports_no_serving_code():
+    """The learner process's entry point pulls in neither faiss nor the HTTP stack nor the
+    serving subpackage (they would cost its memory and start-up for nothing)."""
+    probe = (
+        "import sys, oahu.service.learning.main\n"
+        "serving = ('faiss', 'fastapi', 'uvicorn', 'oahu.inference', 'oahu.service.serving')\n"
+        "print(sorted(m for m in serving if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert done.stdout.strip() == "[]"

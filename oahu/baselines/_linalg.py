@@ -13,32 +13,11 @@ rebuilds the full matrix whenever one leaves the learner.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import numpy as np
 import torch
 from scipy.linalg import blas
-from threadpoolctl import ThreadpoolController
 
 _UPPER = 0
-_threadpools: ThreadpoolController | None = None
-
-
-@contextmanager
-def single_threaded_blas() -> Iterator[None]:
-    """Run the block with BLAS limited to one thread, then restore.
-
-    A baseline update is a couple of memory-bound level-2 calls of ~0.1 ms. A second thread
-    gains little on them and, when the other core is busy (the service's HTTP or Kafka thread,
-    another process), each call's fork/join waits for a scheduler slot: measured here at
-    d = 784 under load, two dgemv calls took 4.8 ms with two threads against 0.35 ms with one.
-    """
-    global _threadpools
-    if _threadpools is None:  # inspecting the loaded BLAS libraries once is the slow part
-        _threadpools = ThreadpoolController()
-    with _threadpools.limit(limits=1, user_api="blas"):
-        yield
 
 
 def fortran_identity(n: int) -> np.ndarray:

@@ -14,11 +14,11 @@ from oahu.baselines._linalg import (
     as_fortran64,
     fortran_identity,
     mahalanobis_factor,
-    single_threaded_blas,
     symmetrized,
     to_tensor,
 )
 from oahu.learner import ConstraintKind, Learner, MetricKind
+from oahu.threads import blas_threads
 
 
 class MahalanobisLearner(Learner):
@@ -50,7 +50,7 @@ class MahalanobisLearner(Learner):
         to_pos = anchors - p.astype(np.float64)
         to_neg = anchors - n.astype(np.float64)
         used = np.zeros(len(a), dtype=bool)
-        with single_threaded_blas():
+        with blas_threads(1):  # see oahu.threads
             for i in range(len(a)):
                 used[i] = self._update_triplet(to_pos[i], to_neg[i])
         return used
@@ -88,7 +88,7 @@ class PairwiseMahalanobis(MahalanobisLearner):
 
     def _learn_pairs(self, u: np.ndarray, v: np.ndarray, similar: np.ndarray) -> np.ndarray:
         diffs = u.astype(np.float64) - v.astype(np.float64)
-        with single_threaded_blas():
+        with blas_threads(1):  # see oahu.threads
             return np.array(
                 [self._update_pair(z, bool(s)) for z, s in zip(diffs, similar, strict=True)],
                 dtype=bool,

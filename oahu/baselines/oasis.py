@@ -30,11 +30,11 @@ from oahu.baselines._linalg import (
     fortran_identity,
     low_rank_update,
     matvec,
-    single_threaded_blas,
     to_tensor,
 )
 from oahu.baselines._params import positive_float
 from oahu.learner import ConstraintKind, Learner, MetricKind
+from oahu.threads import blas_threads
 
 PENDING_STEPS = 32  # rank-one steps kept as factors before they are folded into W
 
@@ -97,7 +97,7 @@ class OASIS(Learner):
         queries = a.astype(np.float64)
         pos_minus_neg = p.astype(np.float64) - n.astype(np.float64)
         used = np.zeros(len(a), dtype=bool)
-        with single_threaded_blas():
+        with blas_threads(1):  # see oahu.threads
             for i in range(len(a)):
                 used[i] = self._update(queries[i], pos_minus_neg[i])
         return used

@@ -5,14 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
-from urllib.parse import urlparse
 
-import numpy as np
-
-from oahu.connectors.binary_codec import encode_binary_batch
-from oahu.connectors.constraint import ConstraintBatch
-from oahu.connectors.json_codec import encode_json
+from oahu.connectors.kafka_uri import parse_kafka_uri
+from oahu.connectors.messages import encode_stream
+from oahu.settings import parse_settings
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -54,64 +50,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=produce)
 
 
-def parse_kafka_uri(uri: str) -> tuple[str, str]:
-    """(bootstrap servers, topic) of ``kafka://HOST:PORT/TOPIC``.
-
-    >>> parse_kafka_uri("kafka://127.0.0.1:9092/constraints")
-    ('127.0.0.1:9092', 'constraints')
-    """
-    parsed = urlparse(uri)
-    topic = parsed.path.strip("/")
-    if parsed.scheme != "kafka" or not parsed.netloc or not topic:
-        raise ValueError(f"to: expected kafka://HOST:PORT/TOPIC, got {uri!r}")
-    return parsed.netloc, topic
-
-
-def encode_stream(
-    path: str | Path,
-    fmt: str = "binary",
-    inline: bool = False,
-    start: int = 0,
-    limit: int | None = None,
-) -> list[bytes]:
-    """The messages of a stream file's constraints ``start:start+limit``, in stream order.
-
-    >>> import tempfile
-    >>> from oahu.streams.stream_file import ConstraintStream
-    >>> path = Path(tempfile.mkdtemp()) / "s.npz"
-    >>> ConstraintStream(np.eye(3), [0, 0, 1], [0, 1, 2], [], "triplet", [[0, 1, 2]]).save(path)
-    >>> encode_stream(path, "json")
-    [b'{"v":1,"kind":"triplet","anchor":{"id":"0"},"positive":{"id":"1"},"negative":{"id":"2"}}']
-    """
-    from oahu.streams.stream_file import ConstraintStream, read_jsonl
-
-    path = Path(path)
-    stream = ConstraintStream.load(path) if path.suffix == ".npz" else read_jsonl(path)
-    stop = len(stream) if limit is None else min(len(stream), start + limit)
-    ids = stream.constraints[start:stop]
-    similar = None if stream.similar is None else stream.similar[start:stop]
-    batch = ConstraintBatch(
-        stream.kind,
-        index=np.arange(len(ids)),
-        ids=None if inline else ids,
-        x=stream.X[ids] if inline else None,
-        similar=similar,
-    )
-    if fmt == "binary":
-        return encode_binary_batch(batch)
-    return [encode_json(batch.row(i)) for i in range(len(batch))]
-
-
 def produce(args: argparse.Namespace) -> int:
     from oahu.connectors.kafka_sink import KafkaSink
-    from oahu.service.config import parse_pairs, parse_value
 
-    bootstrap, topic = parse_kafka_uri(args.to)
+    target = parse_kafka_uri(args.to, "to", form="kafka://HOST:PORT/TOPIC")
     if args.rate is not None and args.rate <= 0:
         raise ValueError(f"rate: must be > 0, got {args.rate}")
     messages = encode_stream(args.stream, args.format, args.inline, args.start, args.limit)
-    options = {k: parse_value(v) for k, v in parse_pairs(args.kafka_option, "kafka_option").items()}
-    sink = KafkaSink(topic, bootstrap, rate=args.rate, config=options)
+    options = parse_settings(args.kafka_option, "--kafka-option")
+    sink = KafkaSink(target.topic, target.bootstrap, rate=args.rate, config=options)
     started = time.perf_counter()
     try:
         sink.send_many(messages)

@@ -13,8 +13,9 @@ from oahu.config import PRESETS
 from oahu.evaluation import evaluate
 from oahu.registry import LEARNER_NAMES, learner_class, make_learner
 from oahu.replay import as_json_floats, replay, stream_kind_for
+from oahu.settings import parse_settings
 from oahu.streams.datasets import DATASETS
-from oahu.streams.stream_file import PROTOCOLS, ConstraintStream, build_stream
+from oahu.streams.stream_file import PROTOCOLS, ConstraintStream, build_stream, load_stream
 
 _DESCRIPTION = """\
 Replay a constraint stream through one learner and evaluate it the paper's way.
@@ -150,22 +151,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def parse_settings(items: list[str]) -> dict[str, Any]:
-    """``["eta=0.1", "init=orthogonal"]`` → ``{"eta": 0.1, "init": "orthogonal"}``."""
-    params: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set: expected KEY=VALUE, got {item!r}")
-        try:
-            params[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            params[key] = raw
-    return params
-
-
 def learner_params(args: argparse.Namespace) -> dict[str, Any]:
-    params = parse_settings(args.set)
+    params = parse_settings(args.set, "--set")
     oahu_only = {"preset": args.preset, "device": args.device, "batch_size": args.batch_size}
     for key, value in oahu_only.items():
         if value is None:
@@ -183,11 +170,7 @@ def learner_params(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_or_build_stream(args: argparse.Namespace, kind: str) -> ConstraintStream:
     if args.stream:
-        if str(args.stream).endswith(".jsonl"):
-            from oahu.streams.stream_file import read_jsonl
-
-            return read_jsonl(args.stream)
-        return ConstraintStream.load(args.stream)
+        return load_stream(args.stream)
     return build_stream(args.dataset or "digits", args.constraints, args.seed, kind, args.protocol)
 
 

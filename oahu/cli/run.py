@@ -33,6 +33,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     config = resolve_config(args)
     configure_logging(config.log_level)
-    from oahu.service.app import Service  # heavy imports only when actually running
+    from oahu.service.serving.app import Service  # heavy imports only when actually running
 
     return Service(config).run()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import tomllib
@@ -20,9 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import urlparse
 
+from oahu.connectors.kafka_uri import parse_kafka_uri
 from oahu.registry import LEARNER_NAMES
+from oahu.settings import parse_value, split_setting
 
 ENV_PREFIX = "OAHU_"
 _TABLES = ("kafka", "learner_params")  # dict-valued fields, filled KEY=VALUE
@@ -177,13 +178,24 @@ class ServiceConfig:
         return Path(urlparse(self.source or "").path)
 
     def kafka_target(self) -> tuple[str, str, str]:
-        """(bootstrap servers, topic, group) of a ``kafka://`` source."""
-        uri = urlparse(self.source or "")
-        topic = uri.path.strip("/")
-        group = parse_qs(uri.query).get("group", ["oahu"])[0]
-        if not uri.netloc or not topic or "/" in topic:
-            raise ValueError(f"source: expected kafka://HOST:PORT/TOPIC?group=NAME, got {uri}")
-        return uri.netloc, topic, group
+        """(bootstrap servers, topic, group) of a ``kafka://`` source (group "oahu" if none)."""
+        uri = parse_kafka_uri(self.source or "")
+        return uri.bootstrap, uri.topic, uri.group or "oahu"
+
+    def check_kafka_options(self) -> None:
+        """``ValueError`` naming any ``--kafka-option`` that kafka-python does not know."""
+        from kafka import KafkaConsumer, KafkaProducer
+
+        known = set(KafkaConsumer.DEFAULT_CONFIG) | set(KafkaProducer.DEFAULT_CONFIG)
+        unknown = set(self.kafka) - known
+        if unknown:
+            raise ValueError(f"kafka: unknown kafka-python setting(s) {sorted(unknown)}")
+
+    def kafka_options(self, client: type) -> dict[str, Any]:
+        """The ``--kafka-option`` settings that ``client`` (KafkaConsumer or KafkaProducer)
+        takes, after :meth:`check_kafka_options`."""
+        self.check_kafka_options()
+        return {k: v for k, v in self.kafka.items() if k in client.DEFAULT_CONFIG}
 
     def http_host_port(self) -> tuple[str, int]:
         host, sep, port = self.http.rpartition(":")
@@ -226,26 +238,6 @@ def _coerce(name: str, value: Any) -> Any:
         return kind(value)
     except (TypeError, ValueError):
         raise ValueError(f"{name}: expected {kind.__name__}, got {value!r}") from None
-
-
-def parse_value(value: Any) -> Any:
-    """A table value: numbers, booleans and JSON stay typed, anything else is a string."""
-    if not isinstance(value, str):
-        return value
-    try:
-        return json.loads(value)
-    except ValueError:
-        return value
-
-
-def parse_pairs(entries: list[str], name: str) -> dict[str, Any]:
-    out = {}
-    for entry in entries:
-        key, sep, value = entry.partition("=")
-        if not sep or not key:
-            raise ValueError(f"{name}: expected KEY=VALUE, got {entry!r}")
-        out[key.strip()] = value
-    return out
 
 
 def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -327,7 +319,8 @@ def resolve_config(
         if value is None:
             continue
         if name in _TABLES:
-            values[name] = {**values.get(name, {}), **_coerce(name, parse_pairs(value, name))}
+            pairs = dict(split_setting(entry, name) for entry in value)
+            values[name] = {**values.get(name, {}), **_coerce(name, pairs)}
         else:
             values[name] = _coerce(name, value)
     return ServiceConfig(**values)

@@ -1,7 +1,7 @@
 """The service's Prometheus metrics: conventional names and units, one registry per process.
 
 Counters end in ``_total``, durations are histograms in seconds, timestamps are gauges in Unix
-seconds. The learn loop runs in its own process (:mod:`oahu.service.learner_process`), so its
+seconds. The learn loop runs in its own process (:mod:`oahu.service.learning`), so its
 metrics (``LearningMetrics``: the stream, the model, checkpoints) live there; the serving process
 keeps ``ServiceMetrics`` (queries, snapshots) and re-exposes the learner's latest collected
 families, forwarded with its status reports, on the same ``/metrics``. deploy/grafana-dashboard.json

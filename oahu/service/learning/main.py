@@ -1,5 +1,9 @@
-"""What runs in the learner process: the source, the item replica, the dead-letter sink and the
-learn loop, assembled from the service configuration (see :mod:`oahu.service.learner_process`).
+"""The learner process: its entry point, and the source, item replica, dead-letter sink and learn
+loop it assembles from the service configuration.
+
+The serving process spawns it (:class:`oahu.service.serving.process.LearnerProcess`) and sends
+the learner to continue from as its first message (:mod:`oahu.service.messages`). It never
+imports serving code: no faiss, no HTTP stack.
 """
 
 from __future__ import annotations
@@ -13,32 +17,24 @@ import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
 
 from oahu.connectors.dead_letter import DeadLetter, DeadLetterFile, DeadLetterKafka, DeadLetterSink
 from oahu.connectors.file_source import FileSource
-from oahu.connectors.items import ItemStore
 from oahu.connectors.kafka_source import Backoff
+from oahu.connectors.source import Source
 from oahu.learner import Learner
 from oahu.persistence import learner_from_bytes
-from oahu.service.catalog import Catalog
-from oahu.service.checkpoints import Progress, checkpoint_path
+from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
+from oahu.service.checkpoints import Progress
 from oahu.service.config import ServiceConfig, configure_logging
-from oahu.service.consumer import ConsumerLoop
-from oahu.service.learner_process import (
-    EXIT_ORPHANED,
-    START,
-    STOP_SIGNALS,
-    ParentLink,
-    listen,
-)
+from oahu.service.learning.consumer import ConsumerLoop
+from oahu.service.learning.link import ParentLink, ReindexSchedule, listen
+from oahu.service.messages import EXIT_ORPHANED, STOP_SIGNALS, Start
 from oahu.service.metrics import LearningMetrics
-from oahu.service.native_threads import use_native_threads
-from oahu.service.snapshot import ReindexSchedule
+from oahu.threads import use_native_threads
 
 log = logging.getLogger("oahu.service")
 
-OVERLAY_FILE = "items-api.npz"
 DEAD_LETTER_FILE = "dead-letters.jsonl"
 DEAD_LETTER_SUFFIX = ".dead-letter"
 
@@ -73,22 +69,6 @@ class LazyDeadLetterSink(DeadLetterSink):
             self._sink.close()
 
 
-def kafka_options(options: dict[str, Any], client: type) -> dict[str, Any]:
-    """The settings among ``options`` that ``client`` (KafkaConsumer or KafkaProducer) takes."""
-    return {k: v for k, v in options.items() if k in client.DEFAULT_CONFIG}
-
-
-def check_kafka_options(config: ServiceConfig) -> None:
-    """Raise ``ValueError`` naming any ``--kafka-option`` kafka-python does not know."""
-    from kafka import KafkaConsumer, KafkaProducer
-
-    unknown = (
-        set(config.kafka) - set(KafkaConsumer.DEFAULT_CONFIG) - set(KafkaProducer.DEFAULT_CONFIG)
-    )
-    if unknown:
-        raise ValueError(f"kafka: unknown kafka-python setting(s) {sorted(unknown)}")
-
-
 def dead_letter_sink(config: ServiceConfig) -> DeadLetterSink:
     if config.is_kafka:
         from kafka import KafkaProducer
@@ -98,79 +78,59 @@ def dead_letter_sink(config: ServiceConfig) -> DeadLetterSink:
             lambda: DeadLetterKafka(
                 config.dead_letter or topic + DEAD_LETTER_SUFFIX,
                 bootstrap,
-                config=kafka_options(config.kafka, KafkaProducer),
+                config=config.kafka_options(KafkaProducer),
             )
         )
     return DeadLetterFile(config.dead_letter or Path(config.checkpoint_dir) / DEAD_LETTER_FILE)
 
 
-def kafka_source(config: ServiceConfig, loop: ConsumerLoop) -> Any:
+def kafka_source(config: ServiceConfig) -> Source:
     from kafka import KafkaConsumer
 
     from oahu.connectors.kafka_source import KafkaSource
 
-    check_kafka_options(config)
     bootstrap, topic, group = config.kafka_target()
-    return KafkaSource(
-        topic,
-        group,
-        bootstrap,
-        config=kafka_options(config.kafka, KafkaConsumer),
-        on_assign=loop.on_assign,
-        on_revoke=loop.on_revoke,
-    )
+    return KafkaSource(topic, group, bootstrap, config=config.kafka_options(KafkaConsumer))
 
 
 def build_loop(
     config: ServiceConfig, learner: Learner, progress: Progress, link: ParentLink
 ) -> ConsumerLoop:
     """The learn loop over the configured source, with an item replica (``loop.catalog``)."""
-    state_dir = Path(config.checkpoint_dir)
     items = ItemStore.load(config.items) if config.items else ItemStore()
-    # a file source adds the stream's items to the store; the API overlay goes on top
-    source = None if config.is_kafka else FileSource(config.file_path(), items=items)
-    catalog = Catalog(items, ItemStore(), state_dir / OVERLAY_FILE)
-    loop = ConsumerLoop(
-        learner,
-        source,
-        catalog,
-        dead_letter_sink(config),
-        link,
-        link.metrics,
-        checkpoint_path(state_dir),
-        progress,
-        reporter=link.report,
-        checkpoint_every=config.checkpoint_every,
-        checkpoint_interval=config.checkpoint_interval,
-        poll_records=config.poll_records,
-        poll_timeout=config.poll_timeout,
-        exit_at_end=config.exit_at_end,
-    )
+    source: Source
     if config.is_kafka:
-        loop.source = kafka_source(config, loop)
-    return loop
+        source = kafka_source(config)
+    else:
+        source = FileSource(config.file_path())
+        stream_items = source.items()  # a stream file's constraints name its items by index
+        if stream_items is not None:
+            items.add(*stream_items)
+    # the API's changes go on top, from the overlay file and then as they are made
+    catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
+    return ConsumerLoop(config, learner, source, catalog, dead_letter_sink(config), link, progress)
 
 
 def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -> None:
-    """Entry point of the learner process: learn from the state and progress in the first
+    """Entry point of the learner process: learn from the learner and progress in the first
     message (the checkpoint or a new model, as the serving process read it) until stopped."""
     stop = threading.Event()
     for sig in STOP_SIGNALS:  # Ctrl-C reaches the whole process group
         signal.signal(sig, lambda *_: stop.set())
     try:
-        kind, (state, progress) = inbox.recv()
+        start = inbox.recv()
     except (EOFError, OSError):  # the serving process is gone already
         raise SystemExit(EXIT_ORPHANED) from None
-    assert kind == START, kind
+    assert isinstance(start, Start), start
     configure_logging(config.log_level)
     os.nice(config.learner_nice)
     use_native_threads(config.threads)
-    link = ParentLink(
-        outbox, ReindexSchedule(config.reindex_every, config.reindex_interval), LearningMetrics()
-    )
+    schedule = ReindexSchedule(config.reindex_every, config.reindex_interval)
+    link = ParentLink(outbox, schedule, LearningMetrics())
     loop = None
     try:
-        loop = build_loop(config, learner_from_bytes(state)[0], Progress.from_extra(progress), link)
+        learner, _ = learner_from_bytes(start.learner)
+        loop = build_loop(config, learner, Progress.from_extra(start.progress), link)
         reader = threading.Thread(
             target=listen, args=(inbox, loop.catalog.apply, link, stop), daemon=True
         )
@@ -181,7 +141,6 @@ def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -
         raise SystemExit(1) from None
     finally:
         if loop is not None:
-            if loop.source is not None:
-                loop.source.close()
+            loop.source.close()
             loop.dead_letters.close()
         outbox.close()

@@ -28,10 +28,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from oahu.connectors.constraint import MISSING_LABEL, DecodeError
 from oahu.service.catalog import Catalog
-from oahu.service.http_limits import BodySizeLimit, RequestMetrics
+from oahu.service.config import ServiceConfig
 from oahu.service.metrics import ServiceMetrics
-from oahu.service.queries import NotReady, QueryEngine
-from oahu.service.snapshot import SnapshotPublisher
+from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
+from oahu.service.serving.queries import NotReady, QueryEngine
+from oahu.service.serving.snapshot import SnapshotPublisher
 
 
 # ---------------------------------------------------------------------- request bodies
@@ -122,17 +123,16 @@ class FastJSONRoute(APIRoute):
 # ---------------------------------------------------------------------- the app
 @dataclass
 class ServiceView:
-    """What the API needs from the running service."""
+    """What the API needs from the running service: its settings (``config``: ``k``,
+    ``max_batch_items``, ``max_request_bytes``, ``auth_token``), the model's input dimension,
+    its parts and a few callbacks."""
 
+    config: ServiceConfig
+    n_features: int
     engine: QueryEngine
     publisher: SnapshotPublisher
     catalog: Catalog
     metrics: ServiceMetrics
-    n_features: int
-    k: int
-    max_batch_items: int
-    max_request_bytes: int
-    auth_token: str | None
     status: Callable[[], dict[str, Any]]  # model and stream status (/v1/model)
     readiness: Callable[[], dict[str, bool]]  # named checks, all True when ready
     healthy: Callable[[], bool]
@@ -148,12 +148,13 @@ def create_app(view: ServiceView) -> FastAPI:
         "verification and retrieval with the latest published model.",
     )
     app.router.route_class = FastJSONRoute  # for the routes declared below
-    app.add_middleware(BodySizeLimit, max_bytes=view.max_request_bytes)
+    config = view.config
+    app.add_middleware(BodySizeLimit, max_bytes=config.max_request_bytes)
     app.add_middleware(RequestMetrics, metrics=view.metrics)
 
     def features(items: list[ItemRef], loc: tuple[Any, ...]) -> np.ndarray:
-        if len(items) > view.max_batch_items:
-            raise invalid(loc, f"at most {view.max_batch_items} items per request")
+        if len(items) > config.max_batch_items:
+            raise invalid(loc, f"at most {config.max_batch_items} items per request")
         out = np.empty((len(items), view.n_features), dtype=np.float32)
         for i, item in enumerate(items):
             if item.x is not None:
@@ -175,11 +176,11 @@ def create_app(view: ServiceView) -> FastAPI:
             raise HTTPException(503, str(exc)) from None
 
     def authorised(request: Request) -> None:
-        if view.auth_token is None:
+        if config.auth_token is None:
             return
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token, view.auth_token):
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token, config.auth_token):
             raise HTTPException(
                 401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
             )
@@ -201,7 +202,7 @@ def create_app(view: ServiceView) -> FastAPI:
 
     @app.post("/v1/classify", summary="kNN classification over all depths (Eq. 23-25)")
     async def classify(body: NeighbourQuery) -> JSONResponse:
-        out, snap = await answer("classify", features(body.items, ("items",)), body.k or view.k)
+        out, snap = await answer("classify", features(body.items, ("items",)), body.k or config.k)
         classes = [str(c) for c in out["classes"].tolist()]
         predictions = [
             {"label": int(label), "scores": dict(zip(classes, row, strict=True))}
@@ -211,7 +212,7 @@ def create_app(view: ServiceView) -> FastAPI:
 
     @app.post("/v1/retrieve", summary="The k most similar gallery items (Eq. 27)")
     async def retrieve(body: NeighbourQuery) -> JSONResponse:
-        out, snap = await answer("retrieve", features(body.items, ("items",)), body.k or view.k)
+        out, snap = await answer("retrieve", features(body.items, ("items",)), body.k or config.k)
         ids = snap.gallery_ids
         labels = snap.index.labels
         results = []
@@ -227,8 +228,8 @@ def create_app(view: ServiceView) -> FastAPI:
 
     @app.post("/v1/verify", summary="Are the two items of each pair similar? (Eq. 26)")
     async def verify(body: VerifyQuery) -> JSONResponse:
-        if len(body.pairs) > view.max_batch_items:
-            raise invalid(("pairs",), f"at most {view.max_batch_items} pairs per request")
+        if len(body.pairs) > config.max_batch_items:
+            raise invalid(("pairs",), f"at most {config.max_batch_items} pairs per request")
         left = features([p.left for p in body.pairs], ("pairs", "left"))
         right = features([p.right for p in body.pairs], ("pairs", "right"))
         out, snap = await answer("verify", np.stack([left, right]), float(body.threshold))
@@ -244,8 +245,8 @@ def create_app(view: ServiceView) -> FastAPI:
         dependencies=[Depends(authorised)],
     )
     def add_items(body: AddItems) -> dict[str, Any]:
-        if len(body.items) > view.max_batch_items:
-            raise invalid(("items",), f"at most {view.max_batch_items} items per request")
+        if len(body.items) > config.max_batch_items:
+            raise invalid(("items",), f"at most {config.max_batch_items} items per request")
         ids = [str(item.id) for item in body.items]
         if len(set(ids)) != len(ids):
             raise invalid(("items",), "duplicate ids")

@@ -1,7 +1,8 @@
-"""Serving a learned metric (Section 3.6; SPEC §4): kNN classification, verification, retrieval.
+"""Scoring neighbours over all depths (Section 3.6 of the paper; docs/algorithms.md, "Serving"):
+kNN classification, verification, retrieval, Recall@K.
 
-A :class:`GalleryIndex` holds one exact faiss index per depth. Every query is answered from all
-depths at once and the depths are combined with the hedge weights α:
+A gallery index (:mod:`oahu.inference.index`) finds each query's k nearest gallery items at every
+depth; the depths are then combined with the hedge weights α:
 
 * classification, Eq. 23-25: each of the k(L+1) neighbours scores
   exp(−(D − d_min)/(d_max − d_min))·α(l) for its label, with d_min, d_max over that depth's
@@ -18,94 +19,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import faiss
 import numpy as np
 
-from oahu.learner import Learner, MetricKind
-
-
-class GalleryIndex:
-    """Exact nearest-neighbour search over a gallery, one faiss flat index per depth.
-
-    >>> emb = np.array([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]], dtype=np.float32)
-    >>> index = GalleryIndex(emb, labels=np.array([0, 1, 1]))
-    >>> dissim, pos = index.search(np.array([[[1.0, 0.0]]], dtype=np.float32), k=2)
-    >>> pos.tolist(), [round(float(v), 4) for v in dissim.ravel()]
-    ([[[0, 2]]], [0.0, 0.8944])
-    """
-
-    def __init__(
-        self,
-        embeddings: np.ndarray,
-        labels: np.ndarray | None = None,
-        metric: MetricKind = "l2",
-        ids: np.ndarray | None = None,
-    ) -> None:
-        emb = np.ascontiguousarray(embeddings, dtype=np.float32)
-        if emb.ndim != 3:
-            raise ValueError(f"embeddings: expected (n_depths, n_items, dim), got {emb.shape}")
-        if metric not in ("l2", "ip"):
-            raise ValueError(f"metric: must be 'l2' or 'ip', got {metric!r}")
-        n_items = emb.shape[1]
-        for name, arr in (("labels", labels), ("ids", ids)):
-            if arr is not None and len(arr) != n_items:
-                raise ValueError(f"{name}: expected {n_items} entries, got {len(arr)}")
-        self.metric = metric
-        self.labels = None if labels is None else np.asarray(labels)
-        # Fixed per index, so classification need not recompute them per query batch.
-        self.classes, self.class_of_item = (
-            (None, None) if labels is None else np.unique(self.labels, return_inverse=True)
-        )
-        self.ids = None if ids is None else np.asarray(ids)
-        self.n_depths, self.n_items, self.dim = emb.shape
-        factory = faiss.IndexFlatIP if metric == "ip" else faiss.IndexFlatL2
-        self._indexes = []
-        for depth in emb:
-            index = factory(self.dim)
-            index.add(depth)
-            self._indexes.append(index)
-
-    @classmethod
-    def from_learner(
-        cls,
-        learner: Learner,
-        x: np.ndarray,
-        labels: np.ndarray | None = None,
-        ids: np.ndarray | None = None,
-    ) -> GalleryIndex:
-        """Embed ``x`` with ``learner`` (gallery role) and index it."""
-        return cls(learner.embed(x, role="gallery"), labels, learner.metric, ids)
-
-    def _check_queries(self, queries: np.ndarray, k: int) -> np.ndarray:
-        """``queries`` as float32 (D, n, dim), or ``ValueError`` naming what is wrong."""
-        q = np.ascontiguousarray(queries, dtype=np.float32)
-        if q.ndim != 3 or q.shape[0] != self.n_depths or q.shape[2] != self.dim:
-            raise ValueError(
-                f"queries: expected ({self.n_depths}, n, {self.dim}), got {tuple(q.shape)}"
-            )
-        if k < 1:
-            raise ValueError(f"k: must be >= 1, got {k}")
-        return q
-
-    def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The k nearest gallery items per depth: ``(dissimilarity, position)``, each (D, Q, k).
-
-        Dissimilarity is the Euclidean distance for ``"l2"`` and the negated inner product for
-        ``"ip"``; positions are rows of the gallery (−1 where the gallery has fewer than k items).
-        """
-        q = self._check_queries(queries, k)
-        dissim = np.empty((self.n_depths, q.shape[1], k), dtype=np.float32)
-        pos = np.empty((self.n_depths, q.shape[1], k), dtype=np.int64)
-        for depth, (index, depth_q) in enumerate(zip(self._indexes, q, strict=True)):
-            scores, found = index.search(depth_q, k)
-            if self.metric == "ip":
-                dissim[depth] = -scores
-            else:  # faiss returns squared L2 distances
-                dissim[depth] = np.sqrt(np.maximum(scores, 0.0))
-            pos[depth] = found
-        missing = pos < 0
-        dissim[missing] = np.inf
-        return dissim, pos
+from oahu.inference.index import GalleryIndex
+from oahu.learner import MetricKind
 
 
 def neighbour_scores(dissim: np.ndarray, alpha: np.ndarray) -> np.ndarray:

@@ -1,12 +1,12 @@
 """Published snapshots: what queries read while the learner process keeps learning.
 
-The learner process hands over a copy of the learner's state every ``reindex_every`` updates or
-``reindex_interval`` seconds (``ReindexSchedule``); a background thread of the serving process
-turns the latest one into a ``Snapshot`` (a private clone of the learner plus the gallery
-embedded and indexed by it) and publishes it by swapping one reference. A query takes the
-reference once and answers from it, so it never sees a half-updated model, and training never
-waits for queries (a state replaces any older one not built yet). Gallery changes through the
-API trigger a rebuild too.
+The learner process hands over a copy of the learner every ``reindex_every`` updates or
+``reindex_interval`` seconds (:class:`oahu.service.learning.link.ReindexSchedule`); a background
+thread of the serving process turns the latest one into a ``Snapshot`` (a private copy of the
+learner plus the gallery embedded and indexed by it) and publishes it by swapping one reference. A
+query takes the reference once and answers from it, so it never sees a half-updated model, and
+training never waits for queries (a state replaces any older one not built yet). Gallery changes
+through the API trigger a rebuild too.
 
 Re-embedding a large gallery is the most expensive thing the serving process does (0.45 s for
 35,000 Fashion-MNIST items), so the builder takes at most ``MAX_BUILD_SHARE`` of a core: after a
@@ -24,14 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from oahu.inference import GalleryIndex
+from oahu.inference import GalleryIndex, index_gallery
 from oahu.learner import Learner
-from oahu.persistence import learner_from_bytes, learner_to_bytes
+from oahu.persistence import learner_from_bytes
 from oahu.service.catalog import Catalog
-from oahu.service.ivf_index import IVFGalleryIndex
-from oahu.service.matmul_index import MatmulGalleryIndex
 from oahu.service.metrics import ServiceMetrics
-from oahu.service.native_threads import use_native_threads
+from oahu.threads import use_native_threads
 
 log = logging.getLogger(__name__)
 
@@ -78,10 +76,10 @@ def build_snapshot(
     gallery: GalleryArrays | None = None,
 ) -> Snapshot:
     """Read the model from ``state`` (or reuse an already read learner) and index the gallery
-    (``gallery_arrays(catalog)`` unless given) with it: ``index`` "exact" (the paper's kNN,
-    :mod:`oahu.service.matmul_index`), or "ivf" with ``nprobe`` (:mod:`oahu.service.ivf_index`).
+    (``gallery_arrays(catalog)`` unless given) with it: ``index`` is a kind of
+    :func:`oahu.inference.make_index` ("exact": the paper's kNN; "ivf" with ``nprobe``).
 
-    >>> from oahu.connectors.items import ItemStore
+    >>> from oahu.service.catalog import ItemStore
     >>> import tempfile, pathlib
     >>> from oahu.registry import make_learner
     >>> gallery = ItemStore(dim=2)
@@ -94,11 +92,7 @@ def build_snapshot(
     """
     learner = state if isinstance(state, Learner) else learner_from_bytes(state)[0]
     gallery_version, ids, X, y = gallery or gallery_arrays(catalog)
-    gallery_index: GalleryIndex | None = None
-    if ids and index == "ivf":
-        gallery_index = IVFGalleryIndex.from_learner(learner, X, y, np.asarray(ids), nprobe)
-    elif ids:
-        gallery_index = MatmulGalleryIndex.from_learner(learner, X, labels=y, ids=np.asarray(ids))
+    gallery_index = index_gallery(learner, X, y, np.asarray(ids), index, nprobe) if ids else None
     return Snapshot(
         learner,
         learner.alpha,
@@ -111,52 +105,23 @@ def build_snapshot(
     )
 
 
-class ReindexSchedule:
-    """When a learner's state is due for a new snapshot: after ``every`` updates or
-    ``interval`` seconds (if the model changed at all), or when forced.
-
-    >>> schedule = ReindexSchedule(every=10, interval=60.0)
-    >>> schedule.due(0, force=True), schedule.due(5), schedule.due(10), schedule.due(10)
-    (True, False, True, False)
-    """
-
-    def __init__(self, every: int = 1000, interval: float = 5.0) -> None:
-        self.every = every
-        self.interval = interval
-        self._updates = -1
-        self._at = 0.0
-
-    def due(self, updates: int, force: bool = False) -> bool:
-        """Whether to hand over the state at ``updates`` now (and, if so, count it as done)."""
-        changed = updates != self._updates
-        elapsed = time.monotonic() - self._at >= self.interval
-        if not (force or (changed and (updates - self._updates >= self.every or elapsed))):
-            return False
-        self._updates, self._at = updates, time.monotonic()
-        return True
-
-
 class SnapshotPublisher:
     """Builds and publishes snapshots in a background thread; ``current`` is the latest.
 
     ``submit(state)`` hands over a learner as :mod:`oahu.persistence` bytes (from the learner
-    process); ``offer(learner)`` copies a learner that way when the schedule says a rebuild is
-    due.
+    process, or :func:`~oahu.persistence.learner_to_bytes` of one at hand).
     """
 
     def __init__(
         self,
         catalog: Catalog,
         metrics: ServiceMetrics,
-        reindex_every: int = 1000,
-        reindex_interval: float = 5.0,
         index: str = "exact",
         nprobe: int = 16,
     ) -> None:
         self.catalog = catalog
         self.index, self.nprobe = index, nprobe
         self.metrics = metrics
-        self.schedule = ReindexSchedule(reindex_every, reindex_interval)
         self.current: Snapshot | None = None
         self._pending: bytes | None = None
         self._cond = threading.Condition()
@@ -167,13 +132,6 @@ class SnapshotPublisher:
         self.error: str | None = None
 
     # ------------------------------------------------------------------ model side
-    def offer(self, learner: Learner, force: bool = False) -> bool:
-        """Hand over a copy of the learner if a rebuild is due; True if it was."""
-        if not self.schedule.due(learner.updates, force):
-            return False
-        self.submit(learner_to_bytes(learner))
-        return True
-
     def submit(self, state: bytes) -> None:
         """Build a snapshot of ``state`` (a learner as :mod:`oahu.persistence` bytes) next,
         replacing any older one still waiting."""
@@ -211,7 +169,7 @@ class SnapshotPublisher:
         return current is not None and current.gallery_version != self.catalog.gallery.version
 
     def _run(self) -> None:
-        use_native_threads(1)
+        use_native_threads(1, faiss=True)
         while True:
             with self._cond:
                 while not self._stop:

@@ -2,9 +2,10 @@
 
 The serving process holds the item store and gallery (``Catalog``), the published snapshots, the
 query worker and the uvicorn server; the learn loop runs in a child process
-(:mod:`oahu.service.learner_process`) that sends it learner states and status reports. The main
-thread waits and turns SIGTERM/SIGINT into a clean stop: the learner finishes the current run of
-updates, checkpoints, commits and exits, then the service exits 0.
+(:mod:`oahu.service.learning`) that sends it learners and status reports
+(:mod:`oahu.service.messages`). The main thread waits and turns SIGTERM/SIGINT into a clean
+stop: the learner finishes the current run of updates, checkpoints, commits and exits, then the
+service exits 0.
 """
 
 from __future__ import annotations
@@ -17,23 +18,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from oahu.connectors.items import ItemStore
+from oahu.connectors.file_source import FileSource
 from oahu.learner import Learner
 from oahu.persistence import learner_to_bytes
 from oahu.registry import make_learner
-from oahu.service.api import ServiceView, create_app
-from oahu.service.catalog import Catalog
+from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemChange, ItemStore
 from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
-from oahu.service.consumer import model_status
-from oahu.service.learner_process import LearnerProcess
-from oahu.service.learning import OVERLAY_FILE, check_kafka_options, learner_main
+from oahu.service.learning.main import learner_main
+from oahu.service.messages import Start
 from oahu.service.metrics import ServiceMetrics
-from oahu.service.native_threads import use_native_threads
-from oahu.service.queries import QueryEngine
-from oahu.service.snapshot import SnapshotPublisher
+from oahu.service.serving.api import ServiceView, create_app
+from oahu.service.serving.process import LearnerProcess
+from oahu.service.serving.queries import QueryEngine
+from oahu.service.serving.snapshot import SnapshotPublisher
+from oahu.service.status import model_status
+from oahu.threads import use_native_threads
 
 log = logging.getLogger("oahu.service")
 
@@ -53,35 +53,18 @@ def default_stream(config: ServiceConfig) -> Path:
     return path
 
 
-def load_items(path: str | Path, dev_only: bool = False) -> ItemStore:
-    """Items of a file: an .npz with ids/X[/y], or a stream file (ids are item indices; with
-    ``dev_only`` only its development items, as a gallery)."""
-    path = Path(path)
-    if path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as npz:
-            is_stream = "dev_idx" in npz.files
-    else:
-        is_stream = True  # JSON Lines stream files are the only other item files
-    if not (dev_only and is_stream):
-        return ItemStore.load(path)
-    from oahu.streams.stream_file import ConstraintStream, read_jsonl
-
-    stream = ConstraintStream.load(path) if path.suffix == ".npz" else read_jsonl(path)
-    store = ItemStore(dim=stream.n_features)
-    store.add(stream.dev_idx, stream.X[stream.dev_idx], stream.y[stream.dev_idx])
-    return store
-
-
-def add_stream_items(items: ItemStore, path: Path) -> None:
-    """Add the items of a stream file (ids: item indices) to ``items``, as the learner process's
-    file source does, so queries can name them; a file of messages has none."""
-    try:
-        stream_items = ItemStore.load(path)
-    except ValueError:  # not a stream file: one message per line
-        return
-    ids, X, y = stream_items.snapshot()
-    if ids:
-        items.add(ids, X, y)
+def initial_items(config: ServiceConfig) -> tuple[ItemStore, ItemStore]:
+    """The item store and the gallery at start-up, from ``--items``, ``--gallery`` and the file
+    source (whose items the learner process's source hands out too; its development items are
+    the default gallery)."""
+    items = ItemStore.load(config.items) if config.items else ItemStore()
+    if not config.is_kafka:
+        stream_items = FileSource(config.file_path()).items()
+        if stream_items is not None:
+            items.add(*stream_items)
+    gallery_file = config.gallery or (None if config.is_kafka else str(config.file_path()))
+    gallery = ItemStore.load(gallery_file, dev_only=True) if gallery_file else ItemStore()
+    return items, gallery
 
 
 class Service:
@@ -96,7 +79,7 @@ class Service:
         # it up and must win it back: with the default 5 ms switch interval a query that makes
         # ~30 such calls can wait ~150 ms behind the snapshot builder (convoy effect).
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
-        use_native_threads(1)  # this thread embeds the gallery at start-up
+        use_native_threads(1, faiss=True)  # this thread embeds the gallery at start-up
         self.config = config
         self.stop_event = threading.Event()
         self.metrics = ServiceMetrics()
@@ -107,27 +90,19 @@ class Service:
         if config.source is None:
             config = self.config = config.replace(source=default_stream(config).as_uri())
         if config.is_kafka:
-            check_kafka_options(config)
-        items = ItemStore.load(config.items) if config.items else ItemStore()
-        if not config.is_kafka:
-            add_stream_items(items, config.file_path())
-        gallery_file = config.gallery or (None if config.is_kafka else str(config.file_path()))
-        gallery = load_items(gallery_file, dev_only=True) if gallery_file else ItemStore()
+            config.check_kafka_options()
+        items, gallery = initial_items(config)
         self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE, self._forward_items)
         self.learner, progress = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
         self.publisher = SnapshotPublisher(
-            self.catalog,
-            self.metrics,
-            config.reindex_every,
-            config.reindex_interval,
-            config.index,
-            config.ivf_nprobe,
+            self.catalog, self.metrics, config.index, config.ivf_nprobe
         )
+        self._initial = learner_to_bytes(self.learner)
         self.learning = LearnerProcess(
             learner_main,
             (config,),
-            (learner_to_bytes(self.learner), progress.to_extra()),
+            Start(self._initial, progress.to_extra()),
             {
                 **model_status(self.learner, progress, progress, checkpoint_path(state_dir)),
                 "source_ready": False,
@@ -174,22 +149,19 @@ class Service:
     def _view(self) -> ServiceView:
         config = self.config
         return ServiceView(
+            config=config,
+            n_features=self.learner.n_features,
             engine=self.engine,
             publisher=self.publisher,
             catalog=self.catalog,
             metrics=self.metrics,
-            n_features=self.learner.n_features,
-            k=config.k,
-            max_batch_items=config.max_batch_items,
-            max_request_bytes=config.max_request_bytes,
-            auth_token=config.auth_token,
             status=lambda: {**self.status, "source": config.source},
             readiness=self.readiness,
             healthy=lambda: self.learner_error is None,
             items_synced=self._items_synced,
         )
 
-    def _forward_items(self, change: Any) -> None:
+    def _forward_items(self, change: ItemChange) -> None:
         # called by the catalog under its lock, before the first request can be served only
         # if the learner is not running yet (it then reads the overlay file)
         if hasattr(self, "learning"):
@@ -224,7 +196,7 @@ class Service:
         """Start the snapshot builder, the query worker and the learner process (not the HTTP
         server)."""
         self.publisher.start()
-        self.publisher.offer(self.learner, force=True)
+        self.publisher.submit(self._initial)
         self.engine.start()
         self.learning.start()
 

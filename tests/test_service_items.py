@@ -1,4 +1,4 @@
-"""ItemStore (features by id) and resolving constraints to feature vectors."""
+"""The service's ItemStore (features by id) and resolving constraints to feature vectors."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from oahu.connectors.constraint import MISSING_LABEL
-from oahu.connectors.items import ItemStore
 from oahu.connectors.messages import Constraint, DecodeError, decode_batch, encode_binary
-from oahu.connectors.resolve import resolve, resolve_batch
+from oahu.service.catalog import ItemStore
+from oahu.service.learning.resolve import resolve, resolve_batch
 from oahu.streams.stream_file import ConstraintStream, write_jsonl
 
 
@@ -162,6 +162,8 @@ def test_load_items_of_a_stream_file(tmp_path, suffix: str) -> None:
     assert len(store) == 6 and store.dim == 2
     np.testing.assert_array_equal(store.get(np.arange(6)), stream.X)  # ids are item indices
     assert store.labels(["4", "5"]).tolist() == [2, 2]
+    gallery = ItemStore.load(path, dev_only=True)  # a stream file as a gallery
+    assert gallery.snapshot()[0] == [str(i) for i in stream.dev_idx]
 
 
 # ---------------------------------------------------------------------- resolving

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oahu.connectors.constraint import Constraint, ConstraintBatch, DecodeError
-from oahu.connectors.items import ItemStore
+from oahu.service.catalog import ItemStore
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from oahu.inference import classify, retrieve, verify
-from oahu.service.native_threads import use_native_threads
-from oahu.service.snapshot import Snapshot, SnapshotPublisher
+from oahu.service.serving.snapshot import Snapshot, SnapshotPublisher
+from oahu.threads import use_native_threads
 
 OPERATIONS = ("embed", "classify", "retrieve", "verify")
 
@@ -42,7 +42,8 @@ class QueryEngine:
     """Batched embed / classify / retrieve / verify over the current snapshot.
 
     >>> import tempfile, pathlib
-    >>> from oahu.connectors.items import ItemStore
+    >>> from oahu.service.catalog import ItemStore
+    >>> from oahu.persistence import learner_to_bytes
     >>> from oahu.registry import make_learner
     >>> from oahu.service.catalog import Catalog
     >>> from oahu.service.metrics import ServiceMetrics
@@ -50,7 +51,7 @@ class QueryEngine:
     >>> gallery.add(["a", "b"], [[1, 0], [0, 1]], y=[0, 1])
     >>> cat = Catalog(ItemStore(dim=2), gallery, pathlib.Path(tempfile.mkdtemp()) / "o.npz")
     >>> pub = SnapshotPublisher(cat, ServiceMetrics())
-    >>> pub.start(); _ = pub.offer(make_learner("euclidean", 2), force=True)
+    >>> pub.start(); pub.submit(learner_to_bytes(make_learner("euclidean", 2)))
     >>> _ = pub.wait_for(1, timeout=10)
     >>> engine = QueryEngine(pub); engine.start()
     >>> result, snap = engine.submit("classify", np.array([[0.9, 0.1]]), 1).result()
@@ -95,7 +96,7 @@ class QueryEngine:
         return jobs, False
 
     def _run(self) -> None:
-        use_native_threads(1)
+        use_native_threads(1, faiss=True)
         while True:
             first = self._queue.get()
             if first is None:

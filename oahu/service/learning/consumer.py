@@ -1,15 +1,16 @@
 """The learn loop: poll records, decode, resolve, learn, dead-letter the rest, checkpoint.
 
-One thread of the learner process runs :meth:`ConsumerLoop.run` and owns the learner; it hands
-the learner's state to an outlet (which decides when a new snapshot is due) and its status to a
-reporter. Records are decoded in bulk and handed to the learner as runs of consecutive valid
-constraints (``learn_triplets`` and ``learn_pairs`` process a run in order, so this equals
-learning them one by one).
+One thread of the learner process runs :meth:`ConsumerLoop.run` and owns the learner; it offers
+the learner to its link to the serving process (which decides when a new snapshot is due) and
+reports its status there. Records are decoded in bulk and handed to the learner as runs of
+consecutive valid constraints (``learn_triplets`` and ``learn_pairs`` process a run in order, so
+this equals learning them one by one).
 
 Delivery: a checkpoint holds the learner and the next offset of every partition it has read;
 source offsets (Kafka group offsets) are committed only after the checkpoint is durable. On
-start and on every partition assignment the source is moved to the checkpointed offsets (or the
-group's committed offset when that is further: another group member learned those records). A
+start (a file source announces its one partition at the first poll) and on every partition
+assignment the source is moved to the checkpointed offsets (or the group's committed offset when
+that is further: another group member learned those records). A
 crash at any moment therefore replays exactly the records the checkpointed model has not seen.
 Dead letters between the last checkpoint and a crash are emitted again on replay: the
 dead-letter sink is at-least-once, the model exactly-once.
@@ -22,20 +23,20 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from oahu.connectors.dead_letter import DeadLetter, DeadLetterSink
 from oahu.connectors.messages import decode_batch
-from oahu.connectors.resolve import ResolvedBatch, resolve_batch
 from oahu.connectors.source import Source, SourceRecord
 from oahu.learner import Learner
 from oahu.service.catalog import Catalog
-from oahu.service.checkpoints import Progress, write_checkpoint
+from oahu.service.checkpoints import Progress, checkpoint_path, write_checkpoint
+from oahu.service.config import ServiceConfig
+from oahu.service.learning.resolve import ResolvedBatch, resolve_batch
 from oahu.service.metrics import LearningMetrics
+from oahu.service.status import model_status
 
 log = logging.getLogger(__name__)
 
@@ -43,14 +44,18 @@ UNSUPPORTED_KIND = "unsupported_kind"  # a valid constraint of a kind the learne
 _LAG_REFRESH_SECONDS = 1.0
 
 
-class StateOutlet(Protocol):
-    """Where the loop offers the learner after each run of updates (``SnapshotPublisher``, or
-    the link to the serving process); ``force`` hands it over even if no rebuild is due."""
+class ServingLink(Protocol):
+    """Where the loop hands the learner and its status (:class:`~.link.ParentLink`)."""
 
-    def offer(self, learner: Learner, force: bool = False) -> bool: ...
+    metrics: LearningMetrics
 
+    def offer(self, learner: Learner, force: bool = False) -> bool:
+        """Hand over the learner if a new snapshot is due (``force``: in any case)."""
+        ...
 
-Reporter = Callable[[dict[str, Any], bool], None]  # (status, force): status after each change
+    def report(self, status: dict[str, Any], force: bool = False) -> None:
+        """Report the status (``force``: even if a report went out a moment ago)."""
+        ...
 
 
 def learns(learner: Learner, kind: str) -> bool:
@@ -62,62 +67,50 @@ def learns(learner: Learner, kind: str) -> bool:
 class ConsumerLoop:
     """Trains ``learner`` on ``source`` until stopped; see the module docstring.
 
-    ``checkpoint_every`` consumed records or ``checkpoint_interval`` seconds trigger a
-    checkpoint; ``exit_at_end`` ends the loop once a file source is exhausted.
+    From ``config``: ``checkpoint_every`` consumed records or ``checkpoint_interval`` seconds
+    trigger a checkpoint (in ``checkpoint_dir``); each poll fetches at most ``poll_records``
+    records and waits at most ``poll_timeout``; ``exit_at_end`` ends the loop once the source is
+    exhausted. The loop handles the source's partition assignments (``Source.listen``).
     """
 
     def __init__(
         self,
+        config: ServiceConfig,
         learner: Learner,
-        source: Source | None,
+        source: Source,
         catalog: Catalog,
         dead_letters: DeadLetterSink,
-        publisher: StateOutlet,
-        metrics: LearningMetrics,
-        checkpoint_file: str | Path,
+        link: ServingLink,
         progress: Progress,
-        *,
-        reporter: Reporter | None = None,
-        checkpoint_every: int = 5000,
-        checkpoint_interval: float = 30.0,
-        poll_records: int = 1000,
-        poll_timeout: float = 0.5,
-        exit_at_end: bool = False,
     ) -> None:
+        self.config = config
         self.learner = learner
         self.source = source
         self.catalog = catalog
         self.dead_letters = dead_letters
-        self.publisher = publisher
-        self.metrics = metrics
-        self.checkpoint_file = Path(checkpoint_file)
+        self.link = link
+        self.metrics = link.metrics
+        self.checkpoint_file = checkpoint_path(config.checkpoint_dir)
         self.progress = progress
-        self.checkpoint_every = checkpoint_every
-        self.checkpoint_interval = checkpoint_interval
-        self.poll_records = poll_records
-        self.poll_timeout = poll_timeout
-        self.exit_at_end = exit_at_end
-        self.reporter = reporter
         self.lock = threading.RLock()  # held while the learner or the offsets change
         self.checkpointed = Progress.from_extra(progress.to_extra())
         self.lag: dict[int, int] = {}
         self.status: dict[str, Any] = {}
         self.finished = threading.Event()
-        self._checkpoint_due_at = time.monotonic() + checkpoint_interval
+        self._checkpoint_due_at = time.monotonic() + config.checkpoint_interval
         self._lag_at = 0.0
         self._restore_metrics()
+        source.listen(self.on_assign, self.on_revoke)
 
     # ------------------------------------------------------------------ the loop
     def run(self, stop: threading.Event) -> None:
         """Consume until ``stop`` is set (or the file ends with ``exit_at_end``), then write a
         final checkpoint and commit it."""
-        assert self.source is not None
-        if not hasattr(self.source, "assignment"):  # a file: no rebalance will seek for us
-            self.source.seek({0: self.progress.offsets.get(0, 0)})
+        poll_records, poll_timeout = self.config.poll_records, self.config.poll_timeout
         try:
             while not stop.is_set():
                 started = time.monotonic()
-                records = self.source.poll(self.poll_records, self.poll_timeout)
+                records = self.source.poll(poll_records, poll_timeout)
                 self.metrics.source_ready.set(1 if self.source.ready else 0)
                 if records:
                     with self.lock:
@@ -127,14 +120,14 @@ class ConsumerLoop:
                     self.checkpoint()
                 if not records:
                     with self.lock:  # publish the latest model once the stream goes quiet
-                        self.publisher.offer(self.learner)
+                        self.link.offer(self.learner)
                         self._refresh_status(force=True)
-                    if self.exit_at_end and getattr(self.source, "exhausted", False):
+                    if self.config.exit_at_end and self.source.exhausted:
                         break
-                    stop.wait(max(0.0, self.poll_timeout - (time.monotonic() - started)))
+                    stop.wait(max(0.0, poll_timeout - (time.monotonic() - started)))
             self.checkpoint()
             with self.lock:
-                self.publisher.offer(self.learner, force=True)  # serve the final model
+                self.link.offer(self.learner, force=True)  # serve the final model
         finally:
             self.finished.set()
 
@@ -153,7 +146,7 @@ class ConsumerLoop:
             self.progress.offsets[r.partition] = r.offset + 1
         self.progress.consumed += len(records)
         self.metrics.consumed.inc(len(records))
-        self.publisher.offer(self.learner)
+        self.link.offer(self.learner)
         self._refresh_status()
 
     def _learn(self, batch: ResolvedBatch, records: list[SourceRecord]) -> None:
@@ -193,7 +186,7 @@ class ConsumerLoop:
     def _checkpoint_due(self) -> bool:
         pending = self.progress.consumed - self.checkpointed.consumed
         return pending > 0 and (
-            pending >= self.checkpoint_every or time.monotonic() >= self._checkpoint_due_at
+            pending >= self.config.checkpoint_every or time.monotonic() >= self._checkpoint_due_at
         )
 
     def checkpoint(self) -> None:
@@ -206,22 +199,18 @@ class ConsumerLoop:
             write_checkpoint(self.checkpoint_file, self.learner, self.progress)
             self.checkpointed = Progress.from_extra(self.progress.to_extra())
             self._commit()
-            self._checkpoint_due_at = time.monotonic() + self.checkpoint_interval
+            self._checkpoint_due_at = time.monotonic() + self.config.checkpoint_interval
             self.metrics.checkpoint_seconds.observe(time.perf_counter() - started)
             self.metrics.checkpoint_time.set(self.progress.written_at)
             self._refresh_status(force=True)
 
     def _commit(self) -> None:
-        if self.source is None or not self.source.ready:
+        if not self.source.ready:
             return
-        owned = self._owned()
+        owned = set(self.source.assignment)
         offsets = {p: o for p, o in self.progress.offsets.items() if p in owned}
         if offsets:
             self.source.commit(offsets)
-
-    def _owned(self) -> set[int]:
-        assignment = getattr(self.source, "assignment", None)
-        return set(assignment) if assignment is not None else {0}
 
     # ------------------------------------------------------------------ rebalance
     def on_revoke(self, partitions: list[int]) -> None:
@@ -236,12 +225,11 @@ class ConsumerLoop:
     def on_assign(self, partitions: list[int]) -> None:
         """Continue each new partition after the last record learned from it, by this model
         (checkpoint) or by another group member (committed offset), whichever is further."""
-        assert self.source is not None
         with self.lock:
             targets = {}
             for p in partitions:
                 try:
-                    committed = self.source.committed(p)  # type: ignore[attr-defined]
+                    committed = self.source.committed(p)
                 except Exception as exc:  # the checkpoint alone still gives a safe position
                     log.warning("committed offset of partition %s unavailable: %r", p, exc)
                     committed = None
@@ -256,7 +244,7 @@ class ConsumerLoop:
     # ------------------------------------------------------------------ status
     def _refresh_lag(self, force: bool = False) -> None:
         now = time.monotonic()
-        if self.source is None or not self.source.ready:
+        if not self.source.ready:
             return
         if not force and now - self._lag_at < _LAG_REFRESH_SECONDS:
             return
@@ -297,42 +285,8 @@ class ConsumerLoop:
             **model_status(
                 learner, self.progress, self.checkpointed, self.checkpoint_file, self.lag
             ),
-            "source_ready": bool(self.source is not None and self.source.ready),
+            "source_ready": self.source.ready,
         }
         for depth, value in enumerate(self.status["depth_loss"] or []):
             self.metrics.depth_loss.labels(depth=str(depth)).set(value)
-        self._report(force)
-
-    def _report(self, force: bool = False) -> None:
-        if self.reporter is not None:
-            self.reporter(self.status, force)
-
-
-def model_status(
-    learner: Learner,
-    progress: Progress,
-    checkpointed: Progress,
-    checkpoint_file: Path,
-    lag: dict[int, int] | None = None,
-) -> dict[str, Any]:
-    """What /v1/model tells about the model, the stream and the last checkpoint (plain values)."""
-    losses = getattr(learner, "last_losses", None)
-    depth_loss = None if losses is None else [float(v) for v in np.asarray(losses.cpu())]
-    return {
-        **learner.summary(),
-        "n_features": learner.n_features,
-        "n_depths": learner.n_depths,
-        "metric": learner.metric,
-        "depth_loss": depth_loss,
-        "constraints_consumed": progress.consumed,
-        "dead_letters": dict(progress.dead_letters),
-        "offsets": {str(p): o for p, o in sorted(progress.offsets.items())},
-        "lag": {str(p): v for p, v in sorted((lag or {}).items())},
-        "checkpoint": {
-            "path": str(checkpoint_file),
-            "written_at": checkpointed.written_at or None,
-            "constraints_consumed": checkpointed.consumed,
-            "offsets": {str(p): o for p, o in sorted(checkpointed.offsets.items())},
-            "items_version": checkpointed.items_version,
-        },
-    }
+        self.link.report(self.status, force)
