@@ -12,6 +12,7 @@ from oahu.streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
 from oahu.streams.protocol import (
     ClosureStream,
     closure_stream,
+    distinct_constraints,
     interleave_closure,
     pair_stream,
     random_pairs,
@@ -38,6 +39,7 @@ __all__ = [
     "Dataset",
     "build_stream",
     "closure_stream",
+    "distinct_constraints",
     "interleave_closure",
     "iter_jsonl",
     "load_dataset",

@@ -27,6 +27,10 @@ import numpy as np
 
 from oahu.streams.closure import ClosureKnowledge, Revelation
 
+_NO_TRIPLETS = (
+    "labels: triplets need a class with at least 2 development items and a second class; the "
+    "development set has none"
+)
 _SEED_BATCH = 1024  # seeds are drawn vectorised, this many at a time
 # The split and the streams of one run share its seed; tagging each use keeps their draws
 # independent (a split and a stream from plain default_rng(seed) would read the same bits).
@@ -74,10 +78,7 @@ class _DevSampler:
 
     def triplets(self, n: int) -> np.ndarray:
         if len(self.anchor_ok) == 0:
-            raise ValueError(
-                "labels: triplets need a class with at least 2 development items and a second "
-                "class; the development set has none"
-            )
+            raise ValueError(_NO_TRIPLETS)
         rng, n_dev = self.rng, len(self.items)
         anchor = self.anchor_ok[rng.integers(len(self.anchor_ok), size=n)]
         cls = self.class_of[anchor]
@@ -108,6 +109,23 @@ def _check_inputs(labels: np.ndarray, dev_idx: np.ndarray) -> tuple[np.ndarray, 
     if len(np.unique(dev_idx)) != len(dev_idx):
         raise ValueError("dev_idx: indices must be distinct")
     return labels, dev_idx
+
+
+def distinct_constraints(labels: np.ndarray, dev_idx: np.ndarray, kind: str) -> int:
+    """How many distinct constraints of ``kind`` the labels of the development items allow:
+    ordered (anchor, positive, negative) triplets, or unordered pairs.
+
+    >>> distinct_constraints(np.array([0, 0, 1]), np.arange(3), "triplet")  # (0,1,2), (1,0,2)
+    2
+    >>> distinct_constraints(np.array([0, 0, 1]), np.arange(3), "pair")
+    3
+    """
+    labels, dev_idx = _check_inputs(labels, dev_idx)
+    n = len(dev_idx)
+    if kind == "pair":
+        return n * (n - 1) // 2
+    _, counts = np.unique(labels[dev_idx], return_counts=True)
+    return int(np.sum(counts * (counts - 1) * (n - counts)))
 
 
 def _check_n(n_constraints: int) -> int:
@@ -146,6 +164,14 @@ def closure_stream(
     """
     if kind not in ("triplet", "pair"):
         raise ValueError(f"kind: expected 'triplet' or 'pair', got {kind!r}")
+    available = distinct_constraints(labels, dev_idx, kind)
+    if _check_n(n_constraints) > available:  # the seeds would be drawn forever
+        if available == 0 and kind == "triplet":
+            raise ValueError(_NO_TRIPLETS)
+        raise ValueError(
+            f"n_constraints: the development items' labels allow {available} distinct {kind}s, "
+            f"asked for {n_constraints}"
+        )
     # Separate generators: the seeds do not depend on how the closure's draws are consumed.
     seed_rng, order_rng = _rng(seed, _CLOSURE).spawn(2)
     sampler = _DevSampler(labels, dev_idx, seed_rng)

@@ -291,3 +291,10 @@ def test_bad_arguments_name_the_field():
         triplet_stream(y, np.arange(4), -1, seed=0)
     with pytest.raises(ValueError, match="kind: expected 'triplet' or 'pair'"):
         closure_stream(y, np.arange(4), 4, seed=0, kind="quadruplet")
+
+
+def test_a_closure_stream_longer_than_the_labels_allow_is_refused() -> None:
+    labels = np.array([0, 0, 1])  # two distinct triplets: (0, 1, 2) and (1, 0, 2)
+    assert len(closure_stream(labels, np.arange(3), 2, seed=0, kind="triplet").constraints) == 2
+    with pytest.raises(ValueError, match="labels allow 2 distinct triplets, asked for 3"):
+        closure_stream(labels, np.arange(3), 3, seed=0, kind="triplet")
