@@ -92,7 +92,7 @@ def point_results(
     """The per-seed reports of one point of the figure."""
     if opts.sampling == "fresh" or n == full_n:
         return collect([row], dataset, n, seeds, opts.results)[row.label]
-    kind = learner_class(row.learner).constraint_kind
+    kind = learner_class(row.learner).capabilities.protocol_kind
     out = []
     for seed in seeds:
         stream = subsample_file(dataset, kind, n, full_n, seed, opts.stream_dir)

@@ -8,17 +8,21 @@ carried inline as float32 vectors; the wire formats are described in ``connector
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-ConstraintKind = Literal["triplet", "pair"]
+from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES, ConstraintKind
 
-#: Item roles per kind, in wire order.
-ROLES: dict[str, tuple[str, ...]] = {
-    "triplet": ("anchor", "positive", "negative"),
-    "pair": ("left", "right"),
-}
+__all__ = [
+    "CONSTRAINT_KINDS",
+    "MISSING_LABEL",
+    "REASONS",
+    "ROLES",
+    "Constraint",
+    "ConstraintBatch",
+    "ConstraintKind",
+    "DecodeError",
+]
 
 #: Label value meaning "this item carries no label" (labels are int64 on the wire).
 MISSING_LABEL = int(np.iinfo(np.int64).min)

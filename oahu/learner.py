@@ -5,6 +5,13 @@ Single-depth learners (the Mahalanobis and bilinear baselines, plain Euclidean) 
 and ``alpha == [1.0]``; OAHU has ``L + 1`` depths and learned hedge weights. Everything
 downstream (inference, evaluation, checkpoints, serving) talks only to this interface.
 
+What a learner can do is declared, not guessed: its class sets :class:`Capabilities` (the
+constraint kinds it learns, whether it builds its own constraints from labelled samples, the
+diagnostics it reports), the way river's ``_tags`` and scikit-learn's estimator tags do, and
+callers read them. Its parameters are its constructor's (``get_params``, ``clone`` and the repr
+read them from the signature, as in scikit-learn and river), and rebuilding a learner from a
+checkpoint calls the constructor with them (:mod:`oahu.persistence`).
+
 Input validation lives here, once, so that no learner can silently learn from bad data:
 
 * a batch whose feature dimension is wrong raises ``ValueError`` naming the field and shape;
@@ -14,19 +21,77 @@ Input validation lives here, once, so that no learner can silently learn from ba
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from oahu.constraint_kinds import ConstraintKind
 from oahu.preprocessing import InputScaler
 
-ConstraintKind = Literal["triplet", "pair"]
 MetricKind = Literal["l2", "ip"]
 
 SKIP_NON_FINITE = "non_finite"
 SKIP_DEGENERATE = "degenerate"
+
+# The hook a learner overrides to learn each kind of constraint (checked against its declared
+# capabilities when its class is defined). A new kind adds its entry, a public ``learn_<kind>s``
+# that validates, and a branch of ``Learner.learn``.
+_LEARN_HOOKS: dict[str, str] = {"triplet": "_learn_triplets", "pair": "_learn_pairs"}
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    """A value a learner reports about itself besides the common counters.
+
+    ``name`` keys it in ``Learner.diagnostics()``, in ``/v1/model``'s ``diagnostics`` and in
+    ``oahu replay --json``'s ``diagnostics``; the service exports it as the Prometheus gauge
+    ``oahu_<name>`` with ``help``, labelled ``depth`` when ``per_depth`` (the value is then a
+    list with one float per depth, else one float).
+    """
+
+    name: str
+    help: str
+    per_depth: bool = False
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a learner class can do; callers read this instead of inspecting the class.
+
+    ``constraint_kinds``: the kinds it learns from; the first is the kind the paper's protocol
+    feeds it (``protocol_kind``). ``learns_samples``: it builds its own constraints from labelled
+    samples (``Learner.learn_samples``), as OPML's one pass does. ``diagnostics``: what
+    ``Learner.diagnostics()`` reports.
+
+    >>> caps = Capabilities(constraint_kinds=("pair", "triplet"))
+    >>> caps.protocol_kind, caps.learns("triplet"), caps.learns("quadruplet")
+    ('pair', True, False)
+    """
+
+    constraint_kinds: tuple[ConstraintKind, ...] = ("triplet",)
+    learns_samples: bool = False
+    diagnostics: tuple[Diagnostic, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = set(self.constraint_kinds) - set(_LEARN_HOOKS)
+        if not self.constraint_kinds or unknown:
+            raise ValueError(
+                f"constraint_kinds: one or more of {tuple(_LEARN_HOOKS)}, got "
+                f"{self.constraint_kinds!r}"
+            )
+
+    @property
+    def protocol_kind(self) -> ConstraintKind:
+        """The kind of constraint stream the paper's protocol feeds this learner."""
+        return self.constraint_kinds[0]
+
+    def learns(self, kind: str) -> bool:
+        """Whether the learner learns from constraints of ``kind``."""
+        return kind in self.constraint_kinds
 
 
 def as_feature_matrix(x: Any, n_features: int, field: str) -> np.ndarray:
@@ -49,15 +114,17 @@ def as_feature_matrix(x: Any, n_features: int, field: str) -> np.ndarray:
 class Learner(ABC):
     """Base class of all online metric learners.
 
-    Subclasses set the class attributes and implement ``_learn_triplets`` or ``_learn_pairs``
-    (whichever their ``constraint_kind`` is; a learner may implement both), ``_embed``,
-    ``_get_state`` and ``_set_state``. They receive inputs already validated and preprocessed
-    (see :mod:`oahu.preprocessing`; ``preprocess="none"`` by default).
+    Subclasses set the class attributes, take their parameters as constructor arguments stored
+    under the same names (or say where they live in ``_param_value``), and implement
+    ``_embed``, ``_get_state``, ``_set_state`` and a learning hook for each declared constraint
+    kind (``_learn_triplets``, ``_learn_pairs``; ``_learn_samples`` with ``learns_samples``,
+    ``_diagnostics`` with diagnostics). The hooks receive inputs already validated and
+    preprocessed (see :mod:`oahu.preprocessing`; ``preprocess="none"`` by default).
 
     Class attributes
     ----------------
     name : registry name used by the CLI and in checkpoints (``"oahu"``, ``"lego"``, ...).
-    constraint_kind : the kind of constraint the learner learns from in the paper's protocol.
+    capabilities : what the learner can do (:class:`Capabilities`).
     metric : ``"l2"`` when items are compared by Euclidean distance between embeddings (smaller is
         closer), ``"ip"`` when they are compared by inner product (a bilinear similarity such as
         OASIS: larger is closer). For ``"ip"``, ``embed(x, role="query")`` and
@@ -65,13 +132,26 @@ class Learner(ABC):
     """
 
     name: ClassVar[str] = "learner"
-    constraint_kind: ClassVar[ConstraintKind] = "triplet"
+    capabilities: ClassVar[Capabilities] = Capabilities()
     metric: ClassVar[MetricKind] = "l2"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A class must implement what it declares (checked once, when it is defined)."""
+        super().__init_subclass__(**kwargs)
+        caps = cls.capabilities
+        needed = [_LEARN_HOOKS[kind] for kind in caps.constraint_kinds]
+        needed += ["_learn_samples"] * caps.learns_samples + ["_diagnostics"] * bool(
+            caps.diagnostics
+        )
+        missing = [hook for hook in needed if getattr(cls, hook) is getattr(Learner, hook)]
+        if missing:
+            raise TypeError(f"{cls.__name__}: declares capabilities without {', '.join(missing)}")
 
     def __init__(self, n_features: int, preprocess: str = "none") -> None:
         if int(n_features) < 1:
             raise ValueError(f"n_features: must be a positive integer, got {n_features!r}")
         self.n_features = int(n_features)
+        self.preprocess = preprocess
         self.input_scaler = InputScaler(preprocess, self.n_features)
         self.constraints_seen = 0  # every constraint offered, valid or not
         self.constraints_used = 0  # constraints that changed the model (numerator of U)
@@ -115,12 +195,37 @@ class Learner(ABC):
     def _prepare(self, items: np.ndarray) -> None:  # noqa: B027 (optional hook, no-op default)
         """What a learner itself fits on the preprocessed items (nothing by default)."""
 
+    def learn(self, kind: str, items: Any, similar: Any = None) -> np.ndarray:
+        """Learn constraints of ``kind`` given as one array of items (n, n_roles, n_features)
+        in role order (:data:`oahu.constraint_kinds.ROLES`), with ``similar`` (n,) for pairs;
+        return a bool mask of those that changed the model (see ``learn_triplets``).
+
+        >>> from oahu.baselines.euclidean import Euclidean
+        >>> Euclidean(n_features=1).learn("pair", [[[0.0], [1.0]]], similar=[True]).tolist()
+        [False]
+        """
+        self._check_kind(kind)
+        x = np.asarray(items)
+        if x.ndim != 3:
+            raise ValueError(
+                f"items: expected shape (n, n_roles, {self.n_features}), got {x.shape}"
+            )
+        if kind == "triplet":
+            return self.learn_triplets(x[:, 0], x[:, 1], x[:, 2])
+        return self.learn_pairs(x[:, 0], x[:, 1], similar)
+
+    def _check_kind(self, kind: str) -> None:
+        if not self.capabilities.learns(kind):
+            kinds = ", ".join(f"{k}s" for k in self.capabilities.constraint_kinds)
+            raise ValueError(f"kind: {self.name!r} learns from {kinds}, not from {kind}s")
+
     def learn_triplets(self, anchors: Any, positives: Any, negatives: Any) -> np.ndarray:
         """Learn from triplets in stream order; return a bool mask of those that changed the model.
 
         Rows that are non-finite or degenerate (anchor identical to negative) are skipped,
         counted in ``skipped`` and reported as ``False``.
         """
+        self._check_kind("triplet")
         a = as_feature_matrix(anchors, self.n_features, "anchors")
         p = as_feature_matrix(positives, self.n_features, "positives")
         n = as_feature_matrix(negatives, self.n_features, "negatives")
@@ -145,6 +250,7 @@ class Learner(ABC):
     def learn_pairs(self, u: Any, v: Any, similar: Any) -> np.ndarray:
         """Learn from labelled pairs in stream order; return a bool mask of those that changed
         the model. ``similar`` is truthy for a similar pair and falsy for a dissimilar one."""
+        self._check_kind("pair")
         xu = as_feature_matrix(u, self.n_features, "u")
         xv = as_feature_matrix(v, self.n_features, "v")
         sim = np.atleast_1d(np.asarray(similar)).astype(bool)
@@ -169,11 +275,37 @@ class Learner(ABC):
             self.skipped[SKIP_DEGENERATE] += n_degenerate
         return finite & non_degenerate
 
+    def learn_samples(self, x: Any, y: Any) -> np.ndarray:
+        """Learn from labelled samples in order, the learner building its own constraints from
+        them (``capabilities.learns_samples``); return a bool mask of the samples whose
+        constraint changed the model."""
+        if not self.capabilities.learns_samples:
+            raise ValueError(f"{self.name!r} learns from constraints, not from labelled samples")
+        items = as_feature_matrix(x, self.n_features, "X")
+        labels = np.asarray(y)
+        if labels.ndim != 1 or len(labels) != len(items):
+            raise ValueError(f"y: expected {len(items)} labels, got shape {labels.shape}")
+        return self._learn_samples(items, labels)
+
+    # The hooks: overridden for what the class declares (see __init_subclass__).
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
-        raise NotImplementedError(f"{type(self).__name__} does not learn from triplets")
+        raise NotImplementedError
 
     def _learn_pairs(self, u: np.ndarray, v: np.ndarray, similar: np.ndarray) -> np.ndarray:
-        raise NotImplementedError(f"{type(self).__name__} does not learn from pairs")
+        raise NotImplementedError
+
+    def _learn_samples(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _diagnostics(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def diagnostics(self) -> dict[str, float | list[float]]:
+        """The declared diagnostics (``capabilities.diagnostics``) by name, as plain floats."""
+        if not self.capabilities.diagnostics:
+            return {}
+        values = self._diagnostics()
+        return {d.name: values[d.name] for d in self.capabilities.diagnostics}
 
     # ----------------------------------------------------------------- inference
     def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
@@ -182,6 +314,27 @@ class Learner(ABC):
             raise ValueError(f"role: must be 'query' or 'gallery', got {role!r}")
         x = self.input_scaler.transform(as_feature_matrix(x, self.n_features, "x"))
         return self._embed(x, role)
+
+    def transform(self, x: Any) -> np.ndarray:
+        """Items as points of one Euclidean space: depth l's embedding scaled by √α(l), the
+        depths side by side, (n_items, n_depths · embedding_dim) float32.
+
+        Squared distances there are Σ_l α(l)·D(l)², the hedge-weighted combination of the
+        depths' squared distances; for a one-depth learner, its learned metric itself. (The
+        paper's kNN scores depths by Eq. 23-25 instead: :mod:`oahu.inference`.) A similarity
+        learner (``metric == "ip"``) has no such space and raises ``ValueError``.
+
+        >>> from oahu.baselines.euclidean import Euclidean
+        >>> Euclidean(n_features=2).transform([[3.0, 4.0]]).tolist()
+        [[3.0, 4.0]]
+        """
+        if self.metric != "l2":
+            raise ValueError(
+                f"transform: {self.name!r} learns a similarity (inner product), not a distance, "
+                "so items have no Euclidean embedding; compare them with embed() by role"
+            )
+        emb = self.embed(x) * np.sqrt(self.alpha).astype(np.float32)[:, None, None]
+        return np.ascontiguousarray(emb.transpose(1, 0, 2).reshape(emb.shape[1], -1))
 
     @abstractmethod
     def _embed(self, x: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
@@ -203,7 +356,7 @@ class Learner(ABC):
                 "updates": self.updates,
                 "skipped": dict(self.skipped),
             },
-            "params": {"preprocess": self.input_scaler.spec, **self.get_params()},
+            "params": self.get_params(),
             "preprocess": self.input_scaler.get_state(),
             "model": self._get_state(),
         }
@@ -221,9 +374,38 @@ class Learner(ABC):
         self.input_scaler.set_state(state["preprocess"])
         self._set_state(state["model"])
 
+    @classmethod
+    def param_names(cls) -> tuple[str, ...]:
+        """The constructor's parameters besides ``n_features``, read from its signature."""
+        skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        return tuple(
+            p.name
+            for p in parameters
+            if p.name not in ("self", "n_features") and p.kind not in skip
+        )
+
+    def _param_value(self, name: str) -> Any:
+        """The current value of constructor parameter ``name`` (the attribute of that name)."""
+        return getattr(self, name)
+
     def get_params(self) -> dict[str, Any]:
-        """Constructor keyword arguments (besides ``n_features``), as plain values."""
-        return {}
+        """Constructor arguments (besides ``n_features``) that build this learner, untrained.
+
+        >>> from oahu.baselines.rdml import RDML
+        >>> RDML(n_features=3, learning_rate=0.5).get_params()
+        {'learning_rate': 0.5, 'psd_margin': 0.5, 'preprocess': 'unit'}
+        """
+        return {name: self._param_value(name) for name in self.param_names()}
+
+    def clone(self) -> Learner:
+        """A new, untrained learner with the same parameters.
+
+        >>> from oahu.baselines.oasis import OASIS
+        >>> OASIS(n_features=3, aggressiveness=0.5).clone()
+        OASIS(n_features=3, aggressiveness=0.5)
+        """
+        return type(self)(self.n_features, **self.get_params())
 
     @abstractmethod
     def _get_state(self) -> dict[str, Any]: ...
@@ -253,7 +435,20 @@ class Learner(ABC):
         }
 
     def __repr__(self) -> str:
-        params = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
-        return (
-            f"{type(self).__name__}(n_features={self.n_features}{', ' if params else ''}{params})"
-        )
+        """The constructor call, with the parameters that differ from their defaults."""
+        defaults = {
+            name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()
+        }
+        params = [
+            f"{name}={value!r}"
+            for name, value in self.get_params().items()
+            if not _same(value, defaults.get(name, inspect.Parameter.empty))
+        ]
+        return f"{type(self).__name__}({', '.join([f'n_features={self.n_features}', *params])})"
+
+
+def _same(value: Any, default: Any) -> bool:
+    try:
+        return bool(value == default) and type(value) is type(default)
+    except (TypeError, ValueError):  # e.g. arrays: never a default here
+        return False

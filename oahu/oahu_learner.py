@@ -13,8 +13,10 @@ same code path as strict mode, so the two agree bit for bit.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from contextlib import AbstractContextManager
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -24,7 +26,7 @@ from oahu.arrays import concat, namespace, row_norms
 from oahu.config import PRESETS, OAHUConfig
 from oahu.device import resolve_device
 from oahu.hedge import hedge_update
-from oahu.learner import Learner
+from oahu.learner import Capabilities, Diagnostic, Learner
 from oahu.loss import abtl_with_gradients
 from oahu.network import MultiDepthNetwork
 from oahu.threads import blas_threads
@@ -37,8 +39,16 @@ _DIST_EPS = 1e-12
 class OAHU(Learner):
     """The OAHU learner: a multi-depth network, the ABTL and hedge weights over depths.
 
-    Parameters are the fields of :class:`OAHUConfig` (paper defaults), given either as a
-    ``config`` or as keyword arguments, or a named ``preset`` with keyword overrides.
+    Parameters
+    ----------
+    n_features : input dimension d.
+    preset : a named configuration of :data:`oahu.config.PRESETS` (``"paper"``, ``"tuned"``);
+        None for the paper's defaults.
+    **fields : any field of :class:`OAHUConfig` (``hidden_width``, ``learning_rate``,
+        ``batch_size``, ``device``, ...), overriding the preset's or the default value. They are
+        the constructor's keyword parameters (``inspect.signature(OAHU)`` lists them), and
+        ``get_params`` returns each as the learner uses it. :meth:`from_config` takes a whole
+        :class:`OAHUConfig`.
 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
@@ -54,23 +64,22 @@ class OAHU(Learner):
     """
 
     name = "oahu"
-    constraint_kind = "triplet"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        constraint_kinds=("triplet",),
+        diagnostics=(
+            Diagnostic("depth_loss", "Latest ABTL loss of each depth (Eq. 13).", per_depth=True),
+        ),
+    )
     metric = "l2"
 
-    def __init__(
-        self,
-        n_features: int,
-        config: OAHUConfig | None = None,
-        preset: str | None = None,
-        **fields: Any,
-    ) -> None:
-        if config is not None and preset is not None:
-            raise ValueError("config, preset: give one of them, not both")
-        if preset is not None:
-            if preset not in PRESETS:
-                raise ValueError(f"preset: unknown {preset!r}; choose one of {', '.join(PRESETS)}")
-            config = PRESETS[preset]
-        config = config or OAHUConfig()
+    def __init__(self, n_features: int, *, preset: str | None = None, **fields: Any) -> None:
+        unknown = set(fields) - set(_CONFIG_FIELDS)
+        if unknown:
+            raise TypeError(f"OAHU: unexpected keyword argument(s) {', '.join(sorted(unknown))}")
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"preset: unknown {preset!r}; choose one of {', '.join(PRESETS)}")
+        config = PRESETS[preset] if preset is not None else OAHUConfig()
+        self.preset = preset
         self.config = config.replace(**fields) if fields else config
         super().__init__(n_features, preprocess=self.config.preprocess)
         self.device = resolve_device(self.config.device)
@@ -105,8 +114,16 @@ class OAHU(Learner):
     def _as_tensor(self, a: Any) -> torch.Tensor:
         return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
 
-    def get_params(self) -> dict[str, Any]:
-        return self.config.to_dict()
+    @classmethod
+    def from_config(cls, n_features: int, config: OAHUConfig) -> OAHU:
+        """An OAHU learner with every hyper-parameter from ``config``."""
+        return cls(n_features, **config.to_dict())
+
+    def _param_value(self, name: str) -> Any:
+        return self.preset if name == "preset" else getattr(self.config, name)
+
+    def _diagnostics(self) -> dict[str, Any]:
+        return {"depth_loss": [float(v) for v in self.last_losses]}
 
     def _embed(self, arr: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
         out = np.empty((self.n_depths, len(arr), self.config.embedding_dim), dtype=np.float32)
@@ -229,3 +246,21 @@ class OAHU(Learner):
         self._alpha = self._small(alpha.to(self.device, torch.float32).clone())
         self._last_losses = self._small(state["last_losses"].to(self.device, torch.float32).clone())
         self._head0_prepared = bool(state.get("head0_prepared", True))
+
+
+_CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(OAHUConfig)}
+# The constructor's signature lists the config's fields as keyword parameters (with the paper's
+# defaults), so that get_params, clone, the repr and rebuilding from a checkpoint read OAHU's
+# parameters from its signature like any learner's, and each field is declared once, in
+# OAHUConfig.
+OAHU.__init__.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        *list(inspect.signature(OAHU.__init__).parameters.values())[:3],
+        *(
+            inspect.Parameter(
+                name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type
+            )
+            for name, f in _CONFIG_FIELDS.items()
+        ),
+    ]
+)

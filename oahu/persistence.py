@@ -14,7 +14,7 @@ and rebuilding a learner calls its class with those parameters before ``set_stat
 >>> _ = rdml.learn_pairs([[2.0, 0.0]], [[0.0, 0.0]], [True])
 >>> copy, extra = learner_from_bytes(learner_to_bytes(rdml, extra={"offset": 1}))
 >>> copy, extra, copy.metric_matrix.tolist() == rdml.metric_matrix.tolist()
-(RDML(n_features=2, learning_rate=0.2, psd_margin=0.5), {'offset': 1}, True)
+(RDML(n_features=2, learning_rate=0.2), {'offset': 1}, True)
 """
 
 from __future__ import annotations

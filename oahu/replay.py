@@ -29,43 +29,40 @@ class ReplayStats:
         return self.constraints / self.seconds if self.seconds > 0 else float("inf")
 
 
-def learns_from_samples(learner: Learner) -> bool:
-    """Whether the learner builds its own constraints from labelled samples (OPML, Section 4.1)."""
-    return callable(getattr(learner, "learn_samples", None))
-
-
 def replay(
     learner: Learner, stream: ConstraintStream, progress: bool = False, chunk: int = CHUNK
 ) -> ReplayStats:
     """Train ``learner`` on ``stream`` in order; returns how many constraints and how long.
 
-    A learner that builds its own constraints from samples (OPML) instead makes its one pass over
-    the stream's development items, in the stream's (seeded) split order.
+    A learner that builds its own constraints from samples (OPML, Section 4.1 of the paper)
+    instead makes its one pass over the stream's development items, in the stream's (seeded)
+    split order.
     """
-    if learns_from_samples(learner):
+    if learner.capabilities.learns_samples:
         x, y = stream.X[stream.dev_idx], stream.y[stream.dev_idx]
         started = time.perf_counter()
         for start in tqdm(range(0, len(x), chunk), disable=not progress, unit="chunk"):
             learner.learn_samples(x[start : start + chunk], y[start : start + chunk])
         return ReplayStats(len(x), time.perf_counter() - started)
-    if stream.kind == "pair" and learner.constraint_kind == "triplet":
+    if not learner.capabilities.learns(stream.kind):
+        kind = learner.capabilities.protocol_kind
         raise ValueError(
-            f"stream: {learner.name!r} learns from triplets, but this stream holds pairs; "
-            "build a triplet stream (oahu make-stream --kind triplet)"
+            f"stream: {learner.name!r} learns from {kind}s, but this stream holds "
+            f"{stream.kind}s; build a {kind} stream (oahu make-stream --kind {kind})"
         )
-    learn = learner.learn_triplets if stream.kind == "triplet" else learner.learn_pairs
     started = time.perf_counter()
     with tqdm(total=len(stream), disable=not progress, unit="constraint", smoothing=0.1) as bar:
         for start in range(0, len(stream), chunk):
-            batch = stream.batch(start, start + chunk)
-            learn(*batch)
-            bar.update(len(batch[0]))
+            stop = min(start + chunk, len(stream))
+            similar = None if stream.similar is None else stream.similar[start:stop]
+            learner.learn(stream.kind, stream.features(start, stop), similar)
+            bar.update(stop - start)
     return ReplayStats(len(stream), time.perf_counter() - started)
 
 
 def stream_kind_for(learner: Learner) -> str:
     """The kind of stream the paper's protocol feeds this learner (pairs for LEGO and RDML)."""
-    return "pair" if learner.constraint_kind == "pair" else "triplet"
+    return learner.capabilities.protocol_kind
 
 
 def as_json_floats(values: np.ndarray) -> list[float]:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES
 from oahu.streams.atomic import atomic_open
 from oahu.streams.datasets import Dataset, load_dataset
 from oahu.streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
@@ -58,9 +59,8 @@ __all__ = [
 ]
 
 FORMAT_VERSION = 1
-KINDS: tuple[str, ...] = ("triplet", "pair")
+KINDS: tuple[str, ...] = CONSTRAINT_KINDS
 PROTOCOLS: tuple[str, ...] = ("closure", "random")
-_WIDTH = {"triplet": 3, "pair": 2}
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz file starts
 _NPZ_KEYS = ("X", "y", "dev_idx", "test_idx", "kind", "constraints", "meta")
 
@@ -136,7 +136,7 @@ class ConstraintStream:
             raise ValueError(f"meta: must be a JSON-serialisable dict: {e}") from e
 
     def _check_constraints(self, n_items: int) -> None:
-        width = _WIDTH[self.kind]
+        width = len(ROLES[self.kind])
         c = _index_array(self.constraints, "constraints", ndim=2)
         if c.shape[1] != width:
             raise ValueError(
@@ -182,6 +182,11 @@ class ConstraintStream:
             return self.X[c[:, 0]], self.X[c[:, 1]], self.X[c[:, 2]]
         assert self.similar is not None
         return self.X[c[:, 0]], self.X[c[:, 1]], self.similar[start:stop]
+
+    def features(self, start: int, stop: int) -> np.ndarray:
+        """Features of the items of constraints ``start:stop``, (n, n_roles, n_features), in
+        role order (anchor, positive, negative or u, v)."""
+        return self.X[self.constraints[start:stop]]
 
     def iter_batches(
         self, batch_size: int = 1

@@ -19,7 +19,6 @@ import torch
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.service.learning.link import ParentLink, ReindexSchedule
-from oahu.service.metrics import LearningMetrics
 from oahu.streams.stream_file import ConstraintStream, build_stream
 
 REPO = Path(__file__).resolve().parents[1]
@@ -147,5 +146,5 @@ class ServiceProcess:
 def failing_learner(detail: str, inbox: Any, outbox: Any) -> None:
     """A learner process that reports ``detail`` as its failure and exits 1, as
     ``oahu.service.learning.learner_main`` does when learning raises."""
-    ParentLink(outbox, ReindexSchedule(), LearningMetrics()).fail(detail)
+    ParentLink(outbox, ReindexSchedule()).fail(detail)
     raise SystemExit(1)

@@ -35,7 +35,7 @@ def replay_json(capsys, *args: str) -> dict:
 def test_euclidean_floor(capsys) -> None:
     report = replay_json(capsys, "--learner", "euclidean", "--constraints", "100")
     assert report["error"] == pytest.approx(EUCLIDEAN_ERROR_SEED0)
-    assert report["utilization"] == 0.0
+    assert report["utilization"] == 0.0 and report["diagnostics"] == {}
     assert report["alpha"] == [1.0]
 
 
@@ -66,6 +66,7 @@ def test_oahu_tuned_beats_euclidean_on_digits(capsys) -> None:
 def test_paper_defaults_run_and_report(capsys) -> None:
     report = replay_json(capsys, "--learner", "oahu", "--constraints", "500", "--device", "cpu")
     assert len(report["alpha"]) == 6
+    assert len(report["diagnostics"]["depth_loss"]) == 6  # what OAHU declares it reports
     assert 0.0 <= report["error"] <= 1.0
     assert report["utilization"] == 1.0  # ABTL: every triplet changes the model
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from oahu.config import OAHUConfig
+from oahu.config import PRESETS, OAHUConfig
 from oahu.oahu_learner import OAHU
 from oahu.persistence import load_learner, save_learner
 
@@ -45,7 +45,8 @@ def test_strict_one_call_equals_one_triplet_per_call(triplets) -> None:
 def test_micro_batch_of_one_equals_strict_bit_for_bit(triplets) -> None:
     strict = small()  # the default config is strict Algorithm 1
     assert strict.config.batch_size == 1
-    micro = small(config=OAHUConfig(hidden_width=16, embedding_dim=6, device="cpu", batch_size=1))
+    config = OAHUConfig(hidden_width=16, embedding_dim=6, device="cpu", batch_size=1)
+    micro = OAHU.from_config(D, config)
     strict.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
     for start in range(0, len(triplets), 7):  # arbitrary chunking of the stream
         chunk = triplets[start : start + 7]
@@ -206,3 +207,18 @@ def test_pca_head0_must_be_prepared_before_learning_and_survives_a_checkpoint(
     for learner in (model, restored):
         learner.learn_triplets(triplets[5:, 0], triplets[5:, 1], triplets[5:, 2])
     assert_same_state(model, restored)
+
+
+def test_parameters_are_a_preset_and_the_config_fields() -> None:
+    model = OAHU(D, preset="tuned", learning_rate=0.01, device="cpu")
+    assert model.config == PRESETS["tuned"].replace(learning_rate=0.01, device="cpu")
+    params = model.get_params()
+    assert (params["preset"], params["hidden_width"], params["learning_rate"]) == (
+        "tuned",
+        784,
+        0.01,
+    )
+    assert OAHU(D, **params).config == model.config  # what rebuilding a checkpoint does
+    assert OAHU.from_config(D, model.config).config == model.config
+    with pytest.raises(TypeError, match=r"unexpected keyword argument.*hidden_widht"):
+        OAHU(D, hidden_widht=3)

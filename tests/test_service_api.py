@@ -101,6 +101,7 @@ def test_the_served_model_is_the_model_trained_on_the_stream(running, stream_fil
     assert model["utilization"] == pytest.approx(reference.utilization)
     assert model["alpha"] == pytest.approx(reference.alpha.tolist())
     assert model["snapshot"]["updates"] == N
+    assert model["diagnostics"] == reference.diagnostics() and len(model["depth_loss"]) == 6
     assert model["items"]["gallery"] == len(stream.dev_idx)
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from oahu.oahu_learner import OAHU
 from oahu.service.config import ServiceConfig, read_env
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
 
@@ -15,12 +16,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def exposed_metric_names() -> set[str]:
-    """What the serving process's /metrics shows: its own and the learner process's metrics."""
-    learning, metrics = LearningMetrics(), ServiceMetrics()
+    """What the serving process's /metrics shows: its own and the learner process's metrics,
+    with OAHU (the default learner) declaring its per-depth loss."""
+    learning, metrics = LearningMetrics(OAHU.capabilities.diagnostics), ServiceMetrics()
     # labelled families show samples once they have a child
     learning.lag.labels(partition="0").set(0)
     learning.dead_letters.labels(reason="undecodable").inc()
     learning.skipped.labels(reason="degenerate").inc()
+    learning.set_diagnostics({"depth_loss": [0.5, 0.25]})
     metrics.request_seconds.labels(endpoint="/v1/classify", method="POST", status="200").observe(1)
     metrics.forward(learning.families())
     names = set()

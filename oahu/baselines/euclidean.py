@@ -6,7 +6,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from oahu.learner import ConstraintKind, Learner, MetricKind
+from oahu.learner import Capabilities, Learner, MetricKind
 
 
 class Euclidean(Learner):
@@ -23,7 +23,7 @@ class Euclidean(Learner):
     """
 
     name: ClassVar[str] = "euclidean"
-    constraint_kind: ClassVar[ConstraintKind] = "triplet"
+    capabilities: ClassVar[Capabilities] = Capabilities(constraint_kinds=("triplet", "pair"))
     metric: ClassVar[MetricKind] = "l2"
 
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:

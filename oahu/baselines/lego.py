@@ -79,25 +79,30 @@ class LEGO(PairwiseMahalanobis):
         self.learning_rate = positive_float("learning_rate", learning_rate)
         self.target_similar = _optional_target("target_similar", target_similar)
         self.target_dissimilar = _optional_target("target_dissimilar", target_dissimilar)
+        self._targets: tuple[float, float] | None = None  # (u, l) once both are known
         if self.target_similar is not None and self.target_dissimilar is not None:
-            _check_target_order(self.target_similar, self.target_dissimilar)
+            self._resolve_targets(self.target_similar, self.target_dissimilar)
+
+    @property
+    def targets(self) -> tuple[float, float] | None:
+        """(u, l) in use: the given targets, the rest filled by ``prepare`` or, if the learner
+        learns unprepared, by ``UNIT_SCALE_TARGETS``; None until then."""
+        return self._targets
 
     def _prepare(self, items: np.ndarray) -> None:
-        """Set the targets left as None from the preprocessed items (``targets_from_sample``
+        """Fill the targets left as None from the preprocessed items (``targets_from_sample``
         with its defaults)."""
-        if self.target_similar is not None and self.target_dissimilar is not None:
-            return
-        near, far = self.targets_from_sample(items)
-        self._resolve_targets(near, far)
+        if self._targets is None:
+            self._resolve_targets(*self.targets_from_sample(items))
 
     def _resolve_targets(self, near: float, far: float) -> tuple[float, float]:
-        """Fill the targets still None with ``near`` / ``far``; return (u, l)."""
-        if self.target_similar is None:
-            self.target_similar = near
-        if self.target_dissimilar is None:
-            self.target_dissimilar = far
-        _check_target_order(self.target_similar, self.target_dissimilar)
-        return self.target_similar, self.target_dissimilar
+        """The targets in use, the ones not given taken from ``near`` / ``far``; return (u, l)."""
+        if self._targets is None:
+            u = near if self.target_similar is None else self.target_similar
+            l = far if self.target_dissimilar is None else self.target_dissimilar
+            _check_target_order(u, l)
+            self._targets = (u, l)
+        return self._targets
 
     @staticmethod
     def targets_from_sample(
@@ -133,13 +138,6 @@ class LEGO(PairwiseMahalanobis):
         low, high = np.percentile(sq, [low_pct, high_pct])
         return float(low), float(high)
 
-    def get_params(self) -> dict[str, Any]:
-        return {
-            "learning_rate": self.learning_rate,
-            "target_similar": self.target_similar,
-            "target_dissimilar": self.target_dissimilar,
-        }
-
     # An unprepared learner falls back to the unit-scale targets when it first learns.
     def _learn_pairs(self, u: np.ndarray, v: np.ndarray, similar: np.ndarray) -> np.ndarray:
         self._resolve_targets(*UNIT_SCALE_TARGETS)  # a no-op once the targets are set
@@ -149,11 +147,23 @@ class LEGO(PairwiseMahalanobis):
         self._resolve_targets(*UNIT_SCALE_TARGETS)
         return super()._learn_triplets(a, p, n)
 
+    def _get_state(self) -> dict[str, Any]:
+        return {
+            **super()._get_state(),
+            "targets": None if self._targets is None else [*self._targets],
+        }
+
+    def _set_state(self, state: dict[str, Any]) -> None:
+        super()._set_state(state)
+        targets = state.get("targets")  # absent from older checkpoints: the params held them
+        if targets is not None:
+            self._targets = (float(targets[0]), float(targets[1]))
+
     def _update_pair(self, z: np.ndarray, similar: bool) -> bool:
         az = sym_matvec(self._a, z)
         y_hat = float(z @ az)
-        target = self.target_similar if similar else self.target_dissimilar
-        assert target is not None  # resolved by _learn_pairs / _learn_triplets
+        assert self._targets is not None  # resolved by _learn_pairs / _learn_triplets
+        target = self._targets[0] if similar else self._targets[1]
         satisfied = y_hat <= target if similar else y_hat >= target
         if satisfied or y_hat <= 0.0:
             return False

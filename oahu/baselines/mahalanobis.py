@@ -17,7 +17,7 @@ from oahu.baselines._linalg import (
     symmetrized,
     to_tensor,
 )
-from oahu.learner import ConstraintKind, Learner, MetricKind
+from oahu.learner import Capabilities, Learner, MetricKind
 from oahu.threads import blas_threads
 
 
@@ -80,7 +80,8 @@ class PairwiseMahalanobis(MahalanobisLearner):
     return whether A changed.
     """
 
-    constraint_kind: ClassVar[ConstraintKind] = "pair"
+    # Pairs in the paper's protocol; a triplet (a, p, n) is learned as the pairs (a, p), (a, n).
+    capabilities: ClassVar[Capabilities] = Capabilities(constraint_kinds=("pair", "triplet"))
 
     @abstractmethod
     def _update_pair(self, z: np.ndarray, similar: bool) -> bool:

@@ -33,7 +33,7 @@ from oahu.baselines._linalg import (
     to_tensor,
 )
 from oahu.baselines._params import positive_float
-from oahu.learner import ConstraintKind, Learner, MetricKind
+from oahu.learner import Learner, MetricKind
 from oahu.threads import blas_threads
 
 PENDING_STEPS = 32  # rank-one steps kept as factors before they are folded into W
@@ -70,7 +70,6 @@ class OASIS(Learner):
     """
 
     name: ClassVar[str] = "oasis"
-    constraint_kind: ClassVar[ConstraintKind] = "triplet"
     metric: ClassVar[MetricKind] = "ip"
 
     def __init__(
@@ -89,9 +88,6 @@ class OASIS(Learner):
         """The current W = W_base + U Vᵀ (float64 copy)."""
         j = self._pending
         return np.array(self._w + self._u[:, :j] @ self._v[:, :j].T, order="C")
-
-    def get_params(self) -> dict[str, Any]:
-        return {"aggressiveness": self.aggressiveness}
 
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
         queries = a.astype(np.float64)

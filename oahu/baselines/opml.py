@@ -40,7 +40,7 @@ from oahu.baselines._linalg import (
 )
 from oahu.baselines._params import positive_float
 from oahu.baselines.mahalanobis import MahalanobisLearner
-from oahu.learner import ConstraintKind, as_feature_matrix
+from oahu.learner import Capabilities
 
 SKIP_ILL_POSED = "ill_posed"
 _MIN_DETERMINANT = 1e-12
@@ -73,7 +73,7 @@ class OPML(MahalanobisLearner):
     """
 
     name: ClassVar[str] = "opml"
-    constraint_kind: ClassVar[ConstraintKind] = "triplet"
+    capabilities: ClassVar[Capabilities] = Capabilities(learns_samples=True)
 
     def __init__(
         self, n_features: int, regularization: float = 1e-3, preprocess: str = "none"
@@ -83,23 +83,15 @@ class OPML(MahalanobisLearner):
         # latest sample per class, least recently updated class first (dicts keep insertion order)
         self._latest: dict[Any, np.ndarray] = {}
 
-    def get_params(self) -> dict[str, Any]:
-        return {"regularization": self.regularization}
-
     # ----------------------------------------------------------------- learning
-    def learn_samples(self, x: Any, y: Any) -> np.ndarray:
-        """One pass over labelled samples in order; return a bool mask of the samples whose
-        triplet changed the model.
+    def _learn_samples(self, items: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """One pass over labelled samples in order (``learn_samples``).
 
         A sample with no earlier sample of its class, or none of another class, forms no
         triplet (False, and not counted as a constraint). Non-finite samples are never kept as
         the latest of their class; their triplet is skipped and counted by ``learn_triplets``.
         The latest sample per class persists across calls and in checkpoints.
         """
-        items = as_feature_matrix(x, self.n_features, "X")
-        labels = np.asarray(y)
-        if labels.ndim != 1 or len(labels) != len(items):
-            raise ValueError(f"y: expected {len(items)} labels, got shape {labels.shape}")
         finite = np.isfinite(items).all(axis=1)
         rows, positives, negatives = [], [], []
         for t, (item, label) in enumerate(zip(items, labels, strict=True)):

@@ -98,9 +98,6 @@ class RDML(PairwiseMahalanobis):
         """The A⁻¹ maintained by Sherman-Morrison, as a full symmetric float64 copy."""
         return symmetrized(self._a_inv)
 
-    def get_params(self) -> dict[str, Any]:
-        return {"learning_rate": self.learning_rate, "psd_margin": self.psd_margin}
-
     def _update_pair(self, z: np.ndarray, similar: bool) -> bool:
         distance = float(z @ sym_matvec(self._a, z))
         y = 1.0 if similar else -1.0

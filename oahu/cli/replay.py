@@ -181,13 +181,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"{key} = {value!r}")
         return 0
     params = learner_params(args)
-    kind = "pair" if learner_class(args.learner).constraint_kind == "pair" else "triplet"
+    kind = learner_class(args.learner).capabilities.protocol_kind
     stream = load_or_build_stream(args, kind)
     learner = make_learner(args.learner, stream.n_features, **params)
     if not args.stream:
         assert stream.kind == stream_kind_for(learner)
-    if hasattr(learner, "prepare"):
-        learner.prepare(stream.X[stream.dev_idx])
+    learner.prepare(stream.X[stream.dev_idx])
     stats = replay(learner, stream, progress=not args.no_progress)
     if args.save_model:
         from oahu.persistence import save_learner
@@ -216,6 +215,7 @@ def run(args: argparse.Namespace) -> int:
         "train_seconds": stats.seconds,
         "updates": learner.updates,
         "skipped": dict(learner.skipped),
+        "diagnostics": learner.diagnostics(),
     }
     if args.json:
         json.dump(report, sys.stdout)

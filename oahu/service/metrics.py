@@ -11,10 +11,13 @@ charts all of them.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
+
+from oahu.learner import Diagnostic
 
 _FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 _SLOW = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -24,8 +27,8 @@ CHECKPOINT_TIME = "oahu_checkpoint_timestamp_seconds"
 class LearningMetrics:
     """Metrics of the learn loop (stream, model, checkpoints) in their own registry.
 
-    Model-derived values (updates, utilisation, per-depth loss and α) are gauges set from the
-    learner after each run of updates.
+    Model-derived values (updates, utilisation, α and the diagnostics the learner declares,
+    ``oahu_<name>``) are gauges set from the learner after each run of updates.
 
     >>> m = LearningMetrics()
     >>> m.consumed.inc(3)
@@ -35,7 +38,7 @@ class LearningMetrics:
     (3.0, 1.0)
     """
 
-    def __init__(self) -> None:
+    def __init__(self, diagnostics: Sequence[Diagnostic] = ()) -> None:
         r = self.registry = CollectorRegistry()
         # ---- the stream
         self.consumed = Counter(
@@ -80,9 +83,10 @@ class LearningMetrics:
         self.alpha = Gauge(
             "oahu_hedge_weight", "Hedge weight α of each depth (Eq. 20).", ["depth"], registry=r
         )
-        self.depth_loss = Gauge(
-            "oahu_depth_loss", "Latest ABTL loss of each depth (Eq. 13).", ["depth"], registry=r
-        )
+        self.diagnostics = {
+            d.name: Gauge(f"oahu_{d.name}", d.help, ["depth"] if d.per_depth else [], registry=r)
+            for d in diagnostics
+        }
         self.update_seconds = Histogram(
             "oahu_update_duration_seconds",
             "Time to apply one constraint to the model (a run's time over its length).",
@@ -101,6 +105,16 @@ class LearningMetrics:
             "When the last checkpoint was written.",
             registry=r,
         )
+
+    def set_diagnostics(self, values: dict[str, Any]) -> None:
+        """Set the diagnostics' gauges from ``Learner.diagnostics()``."""
+        for name, gauge in self.diagnostics.items():
+            value = values[name]
+            if isinstance(value, list):
+                for depth, v in enumerate(value):
+                    gauge.labels(depth=str(depth)).set(v)
+            else:
+                gauge.set(value)
 
     def families(self) -> list[Metric]:
         """Every metric's current samples (picklable: they travel to the serving process)."""

@@ -10,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from oahu.learner import Learner
 from oahu.service.checkpoints import Progress
 
@@ -23,15 +21,20 @@ def model_status(
     checkpoint_file: Path,
     lag: dict[int, int] | None = None,
 ) -> dict[str, Any]:
-    """What /v1/model tells about the model, the stream and the last checkpoint (plain values)."""
-    losses = getattr(learner, "last_losses", None)
-    depth_loss = None if losses is None else [float(v) for v in np.asarray(losses.cpu())]
+    """What /v1/model tells about the model, the stream and the last checkpoint (plain values).
+
+    ``diagnostics`` holds what the learner declares it reports (``Learner.diagnostics``);
+    ``depth_loss`` repeats OAHU's per-depth loss at the top level, where clients of the first
+    release read it (None for learners without one).
+    """
+    diagnostics = learner.diagnostics()
     return {
         **learner.summary(),
         "n_features": learner.n_features,
         "n_depths": learner.n_depths,
         "metric": learner.metric,
-        "depth_loss": depth_loss,
+        "depth_loss": diagnostics.get("depth_loss"),
+        "diagnostics": diagnostics,
         "constraints_consumed": progress.consumed,
         "dead_letters": dict(progress.dead_letters),
         "offsets": {str(p): o for p, o in sorted(progress.offsets.items())},

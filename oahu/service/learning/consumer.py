@@ -23,9 +23,11 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
+from prometheus_client.metrics_core import Metric
 
 from oahu.connectors.dead_letter import DeadLetter, DeadLetterSink
 from oahu.connectors.messages import decode_batch
@@ -47,21 +49,15 @@ _LAG_REFRESH_SECONDS = 1.0
 class ServingLink(Protocol):
     """Where the loop hands the learner and its status (:class:`~.link.ParentLink`)."""
 
-    metrics: LearningMetrics
-
     def offer(self, learner: Learner, force: bool = False) -> bool:
         """Hand over the learner if a new snapshot is due (``force``: in any case)."""
         ...
 
-    def report(self, status: dict[str, Any], force: bool = False) -> None:
-        """Report the status (``force``: even if a report went out a moment ago)."""
+    def report(
+        self, status: dict[str, Any], families: Callable[[], list[Metric]], force: bool = False
+    ) -> None:
+        """Report the status and metrics (``force``: even if a report went out a moment ago)."""
         ...
-
-
-def learns(learner: Learner, kind: str) -> bool:
-    """Whether ``learner`` implements learning from constraints of ``kind``."""
-    method = "_learn_triplets" if kind == "triplet" else "_learn_pairs"
-    return getattr(type(learner), method) is not getattr(Learner, method)
 
 
 class ConsumerLoop:
@@ -81,6 +77,7 @@ class ConsumerLoop:
         catalog: Catalog,
         dead_letters: DeadLetterSink,
         link: ServingLink,
+        metrics: LearningMetrics,
         progress: Progress,
     ) -> None:
         self.config = config
@@ -89,7 +86,7 @@ class ConsumerLoop:
         self.catalog = catalog
         self.dead_letters = dead_letters
         self.link = link
-        self.metrics = link.metrics
+        self.metrics = metrics
         self.checkpoint_file = checkpoint_path(config.checkpoint_dir)
         self.progress = progress
         self.lock = threading.RLock()  # held while the learner or the offsets change
@@ -150,7 +147,7 @@ class ConsumerLoop:
         self._refresh_status()
 
     def _learn(self, batch: ResolvedBatch, records: list[SourceRecord]) -> None:
-        if not learns(self.learner, batch.kind):
+        if not self.learner.capabilities.learns(batch.kind):
             for i in batch.index.tolist():
                 letter = DeadLetter(
                     UNSUPPORTED_KIND,
@@ -166,11 +163,7 @@ class ConsumerLoop:
         learner = self.learner
         seen, skipped, used = learner.constraints_learned, Counter(learner.skipped), None
         started = time.perf_counter()
-        x = batch.x
-        if batch.kind == "triplet":
-            used = learner.learn_triplets(x[:, 0], x[:, 1], x[:, 2])
-        else:
-            used = learner.learn_pairs(x[:, 0], x[:, 1], batch.similar)
+        used = learner.learn(batch.kind, batch.x, batch.similar)
         self.metrics.update_seconds.observe((time.perf_counter() - started) / len(batch))
         self.metrics.learned.inc(learner.constraints_learned - seen)
         self.metrics.used.inc(int(np.count_nonzero(used)))
@@ -287,6 +280,5 @@ class ConsumerLoop:
             ),
             "source_ready": self.source.ready,
         }
-        for depth, value in enumerate(self.status["depth_loss"] or []):
-            self.metrics.depth_loss.labels(depth=str(depth)).set(value)
-        self.link.report(self.status, force)
+        self.metrics.set_diagnostics(self.status["diagnostics"])
+        self.link.report(self.status, self.metrics.families, force)

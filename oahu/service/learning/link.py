@@ -11,6 +11,9 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import Any
+
+from prometheus_client.metrics_core import Metric
 
 from oahu.learner import Learner
 from oahu.persistence import learner_to_bytes
@@ -24,7 +27,6 @@ from oahu.service.messages import (
     Stop,
     ToServing,
 )
-from oahu.service.metrics import LearningMetrics
 
 REPORT_INTERVAL_SECONDS = 0.05  # status reports at most this often, unless forced
 
@@ -58,12 +60,9 @@ class ParentLink:
     """What the learner process sends the serving process. Thread-safe: rebalance callbacks
     checkpoint (and so report) from the Kafka client's thread."""
 
-    def __init__(
-        self, conn: Connection, schedule: ReindexSchedule, metrics: LearningMetrics
-    ) -> None:
+    def __init__(self, conn: Connection, schedule: ReindexSchedule) -> None:
         self.conn = conn
         self.schedule = schedule
-        self.metrics = metrics
         self._lock = threading.Lock()
         self._reported_at = 0.0
 
@@ -74,13 +73,16 @@ class ParentLink:
         self._send(State(learner_to_bytes(learner)))
         return True
 
-    def report(self, status: dict, force: bool = False) -> None:
-        """Send the status and metrics, unless a report went out less than an interval ago."""
+    def report(
+        self, status: dict[str, Any], families: Callable[[], list[Metric]], force: bool = False
+    ) -> None:
+        """Send the status and the metric ``families()``, unless a report went out less than an
+        interval ago."""
         now = time.monotonic()
         if not force and now - self._reported_at < REPORT_INTERVAL_SECONDS:
             return
         self._reported_at = now
-        self._send(Report(status, self.metrics.families()))
+        self._send(Report(status, families()))
 
     def ack(self, version: int) -> None:
         self._send(Ack(version))

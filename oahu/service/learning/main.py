@@ -108,7 +108,9 @@ def build_loop(
             items.add(*stream_items)
     # the API's changes go on top, from the overlay file and then as they are made
     catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
-    return ConsumerLoop(config, learner, source, catalog, dead_letter_sink(config), link, progress)
+    metrics = LearningMetrics(learner.capabilities.diagnostics)
+    sink = dead_letter_sink(config)
+    return ConsumerLoop(config, learner, source, catalog, sink, link, metrics, progress)
 
 
 def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -> None:
@@ -125,8 +127,7 @@ def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -
     configure_logging(config.log_level)
     os.nice(config.learner_nice)
     use_native_threads(config.threads)
-    schedule = ReindexSchedule(config.reindex_every, config.reindex_interval)
-    link = ParentLink(outbox, schedule, LearningMetrics())
+    link = ParentLink(outbox, ReindexSchedule(config.reindex_every, config.reindex_interval))
     loop = None
     try:
         learner, _ = learner_from_bytes(start.learner)
