@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import f1_score, roc_auc_score
 
-from oahu.inference import classify, make_index, recall_at, retrieve, verify
+from oahu.inference import Classification, classify, make_index, recall_at, retrieve, verify
 from oahu.learner import Learner
 
 RECALL_KS: tuple[int, ...] = (1, 2, 4, 8)
@@ -70,6 +70,22 @@ def verification_pairs(
     return i, j, labels[i] == labels[j]
 
 
+def knn_classify(
+    learner: Learner,
+    gallery_x: np.ndarray,
+    gallery_y: np.ndarray,
+    queries: np.ndarray,
+    k: int = 5,
+    index_kind: str = "exact",
+) -> Classification:
+    """Eq. 23-25 kNN classification of embedded ``queries`` (n_depths, n, dim) against the
+    gallery items ``gallery_x`` with labels ``gallery_y``: what :func:`evaluate` measures, and
+    what ``/v1/classify`` answers from a snapshot of the same learner and gallery."""
+    gallery = learner.embed(gallery_x, role="gallery")
+    index = make_index(index_kind, gallery, np.asarray(gallery_y), learner.metric)
+    return classify(index, queries, learner.alpha, k=k)
+
+
 def evaluate(
     learner: Learner,
     X: np.ndarray,
@@ -99,15 +115,12 @@ def evaluate(
             raise ValueError(f"max_queries: must be >= 1, got {max_queries}")
         rng = np.random.default_rng([seed, 0x51])
         subset = np.sort(rng.choice(len(query_idx), size=max_queries, replace=False))
-    gallery = learner.embed(X[gallery_idx], role="gallery")
     queries = learner.embed(X[query_idx[subset]], role="query")
     query_labels = y[query_idx[subset]]
 
-    index = make_index(index_kind, gallery, y[gallery_idx], learner.metric)
-    predicted = classify(index, queries, alpha, k=k).labels
+    predicted = knn_classify(learner, X[gallery_idx], y[gallery_idx], queries, k, index_kind).labels
     error = float(np.mean(predicted != query_labels))
     macro_f1 = float(f1_score(query_labels, predicted, average="macro"))
-    del index, gallery
 
     # The whole query split is the retrieval gallery; a similarity learner embeds it differently.
     test_labels = y[query_idx]

@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from service_support import assert_same_model, make_stream, train_reference, wait_until
 
+from oahu.evaluation import evaluate, knn_classify
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.serving.app import Service
@@ -75,6 +76,29 @@ def test_classify_contract_and_accuracy(running: tuple[Service, TestClient], str
     # the predicted label is the argmax of the class scores (Eq. 25)
     for p in predictions:
         assert p["label"] == int(max(p["scores"], key=p["scores"].get))
+
+
+def test_classify_answers_exactly_what_the_replay_evaluation_measures(running, stream_file):
+    """/v1/classify and oahu replay's evaluation are one kNN: the same learner, gallery, index
+    kind and scoring give the same predictions and class scores for the same queries."""
+    _, client = running
+    stream = ConstraintStream.load(stream_file)
+    reference = train_reference(stream)  # the served model (test_the_served_model_is_...)
+    test, dev = stream.test_idx, stream.dev_idx
+    expected = knn_classify(
+        reference, stream.X[dev], stream.y[dev], reference.embed(stream.X[test])
+    )
+    served = []
+    for start in range(0, len(test), 64):
+        body = {"items": [{"id": str(i)} for i in test[start : start + 64]], "k": 5}
+        served += client.post("/v1/classify", json=body).json()["predictions"]
+    assert [p["label"] for p in served] == expected.labels.tolist()
+    scores = [[p["scores"][str(c)] for c in expected.classes] for p in served]
+    # Batches of 64 queries and one of 898 round distances differently (by ~1e-7), which Eq. 24's
+    # min-max scaling over a query's five neighbours can grow to ~4e-5 in a score
+    np.testing.assert_allclose(scores, expected.scores, rtol=1e-4, atol=1e-4)
+    report = evaluate(reference, stream.X, stream.y, stream.dev_idx, stream.test_idx, n_pairs=200)
+    assert report.error == np.mean(expected.labels != stream.y[test])
 
 
 def test_queries_by_id_equal_inline_queries(running: tuple[Service, TestClient], stream_file):
