@@ -27,8 +27,8 @@ from sklearn.metrics import f1_score
 
 from oahu.inference import classify, make_index
 from oahu.oahu_learner import OAHU
-from oahu.replay import replay
 from oahu.settings import parse_settings
+from oahu.stream_replay import replay
 from oahu.streams.stream_file import build_stream
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 from oahu.oahu_learner import OAHU
-from oahu.replay import replay
+from oahu.stream_replay import replay
 from oahu.streams.stream_file import build_stream
 
 RESULTS = Path(__file__).resolve().parent / "results"

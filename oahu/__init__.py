@@ -1,0 +1,81 @@
+"""oahu: streaming online metric learning.
+
+The learners (OAHU and the online baselines LEGO, RDML, OASIS, OPML, plus plain Euclidean), the
+paper's benchmark streams, replay and evaluation, saving and loading, and two ways into other
+libraries: :class:`MetricLearner` for scikit-learn and :class:`MetricTransformer` for river.
+
+>>> import oahu
+>>> learner = oahu.LEGO(n_features=64)
+>>> kind = learner.capabilities.protocol_kind  # LEGO learns pairs in the paper's protocol
+>>> stream = oahu.build_stream("digits", n_constraints=500, seed=0, kind=kind)
+>>> learner.prepare(stream.X[stream.dev_idx])
+>>> stats = oahu.replay(learner, stream)
+>>> result = oahu.evaluate(learner, stream.X, stream.y, stream.dev_idx, stream.test_idx)
+>>> stats.constraints, round(result.error, 4)  # kNN error on the test split (Euclidean: 0.0145)
+(500, 0.0145)
+
+Names are imported on first use, so ``import oahu`` stays light and a process that needs one
+part (the service's learner process, say) loads only that part.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name -> the module that defines it
+_EXPORTS: dict[str, str] = {
+    # learners
+    "Learner": "oahu.learner",
+    "Capabilities": "oahu.learner",
+    "Diagnostic": "oahu.learner",
+    "OAHU": "oahu.oahu_learner",
+    "OAHUConfig": "oahu.config",
+    "PRESETS": "oahu.config",
+    "Euclidean": "oahu.baselines.euclidean",
+    "LEGO": "oahu.baselines.lego",
+    "RDML": "oahu.baselines.rdml",
+    "OASIS": "oahu.baselines.oasis",
+    "OPML": "oahu.baselines.opml",
+    "LEARNER_NAMES": "oahu.registry",
+    "learner_class": "oahu.registry",
+    "make_learner": "oahu.registry",
+    "save_learner": "oahu.persistence",
+    "load_learner": "oahu.persistence",
+    # streams
+    "ConstraintStream": "oahu.streams.stream_file",
+    "build_stream": "oahu.streams.stream_file",
+    "load_stream": "oahu.streams.stream_file",
+    "DATASETS": "oahu.streams.datasets",
+    "load_dataset": "oahu.streams.datasets",
+    # learning and evaluating
+    "replay": "oahu.stream_replay",
+    "ReplayStats": "oahu.stream_replay",
+    "evaluate": "oahu.evaluation",
+    "Evaluation": "oahu.evaluation",
+    "make_index": "oahu.inference",
+    "classify": "oahu.inference",
+    "verify": "oahu.inference",
+    "retrieve": "oahu.inference",
+    # other libraries' shapes
+    "MetricLearner": "oahu.sklearn_api",
+    "MetricTransformer": "oahu.river_api",
+    "Triplet": "oahu.river_api",
+    "Pair": "oahu.river_api",
+}
+
+__all__ = sorted(_EXPORTS)
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oahu' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup does not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

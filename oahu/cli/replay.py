@@ -12,8 +12,8 @@ import numpy as np
 from oahu.config import PRESETS
 from oahu.evaluation import evaluate
 from oahu.registry import LEARNER_NAMES, learner_class, make_learner
-from oahu.replay import as_json_floats, replay, stream_kind_for
 from oahu.settings import parse_settings
+from oahu.stream_replay import as_json_floats, replay, stream_kind_for
 from oahu.streams.datasets import DATASETS
 from oahu.streams.stream_file import PROTOCOLS, ConstraintStream, build_stream, load_stream
 
