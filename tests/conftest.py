@@ -14,7 +14,7 @@ from pathlib import Path
 # same either way.
 os.environ.setdefault("SCIPY_ARRAY_API", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 KAFKA_SH = REPO / "scripts" / "kafka" / "kafka.sh"
