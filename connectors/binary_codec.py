@@ -102,7 +102,8 @@ def parse_header(buf: bytes) -> BinaryLayout:
     return BinaryLayout(kind, inline, bool(flags & FLAG_LABELS), bool(flags & FLAG_TS), dim)
 
 
-def _check_size(layout: BinaryLayout, n_bytes: int) -> None:
+def check_size(layout: BinaryLayout, n_bytes: int) -> None:
+    """``DecodeError`` unless a message of ``n_bytes`` bytes has the size its header declares."""
     if n_bytes != layout.size:
         raise DecodeError(
             "undecodable", f"{n_bytes} bytes, the header declares a {layout.size}-byte message"
@@ -210,7 +211,7 @@ def _records_to_batch(
 def decode_binary(buf: bytes) -> Constraint:
     """Decode one binary message; raises ``DecodeError``."""
     layout = parse_header(buf)
-    _check_size(layout, len(buf))
+    check_size(layout, len(buf))
     records = np.frombuffer(buf, dtype=layout.dtype)
     batch, errors = _records_to_batch(layout, records, np.zeros(1, dtype=np.int64))
     if errors:
@@ -244,7 +245,7 @@ def decode_uniform(
     index = np.arange(len(values), dtype=np.int64)
     try:
         layout = parse_header(values[0])
-        _check_size(layout, size)
+        check_size(layout, size)
     except DecodeError as e:
         return None, [(int(i), e) for i in index]
     return _records_to_batch(layout, np.frombuffer(joined, dtype=layout.dtype), index)

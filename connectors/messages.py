@@ -21,6 +21,7 @@ import numpy as np
 
 from oahu.connectors.binary_codec import (
     MAGIC,
+    check_size,
     decode_binary,
     decode_binary_run,
     decode_uniform,
@@ -56,16 +57,26 @@ __all__ = [
 _JSON_START = frozenset(b"{ \t\r\n")
 
 
+def message_format(buf: bytes) -> str:
+    """``"binary"`` (starts with the magic bytes) or ``"json"`` (starts with ``{`` or
+    whitespace); ``DecodeError("undecodable")`` for anything else.
+
+    >>> message_format(b'{"v": 1}'), message_format(b"OA\x01")
+    ('json', 'binary')
+    """
+    if buf[:2] == MAGIC:
+        return "binary"
+    if buf[:1] and buf[0] in _JSON_START:
+        return "json"
+    raise DecodeError("undecodable", "neither a JSON object nor a binary constraint message")
+
+
 def decode(buf: bytes) -> Constraint:
     """Decode one message in either format; raises ``DecodeError``."""
     if not isinstance(buf, bytes | bytearray | memoryview):
         raise DecodeError("undecodable", f"expected bytes, got {type(buf).__name__}")
     buf = bytes(buf)
-    if buf[:2] == MAGIC:
-        return decode_binary(buf)
-    if buf and buf[0] in _JSON_START:
-        return decode_json(buf)
-    raise DecodeError("undecodable", "neither a JSON object nor a binary constraint message")
+    return decode_binary(buf) if message_format(buf) == "binary" else decode_json(buf)
 
 
 @dataclass
@@ -124,14 +135,13 @@ def _decode_runs(values: list[bytes]) -> DecodedBatch:
 
     for i, buf in enumerate(values):
         buf = bytes(buf)
-        try:
-            if buf[:2] == MAGIC:
+        try:  # each record's format is told once, then its run decodes it
+            if message_format(buf) == "binary":
                 layout = parse_header(buf)
-                if len(buf) != layout.size:
-                    decode_binary(buf)  # raises the size error with its detail
+                check_size(layout, len(buf))
                 key, item = ("binary", layout), buf
             else:
-                item = decode(buf)
+                item = decode_json(buf)
                 key = _json_layout(item)
         except DecodeError as e:
             out.errors.append((i, e))

@@ -95,6 +95,6 @@ def test_oahu_rejects_a_pair_stream(tmp_path, capsys) -> None:
 
 def test_bad_settings_are_named(capsys) -> None:
     assert main(["replay", "--learner", "lego", "--batch-size", "4", "--no-progress"]) == 2
-    assert "--batch-size: only OAHU" in capsys.readouterr().err
+    assert "--batch-size: lego has no parameter 'batch_size'" in capsys.readouterr().err
     assert main(["replay", "--set", "nonsense", "--no-progress"]) == 2
     assert "--set: expected KEY=VALUE" in capsys.readouterr().err

@@ -1,11 +1,11 @@
-"""``oahu make-stream``: write a benchmark constraint stream (SPEC §5) to a file."""
+"""``oahu make-stream``: write a benchmark constraint stream (docs/algorithms.md) to a file."""
 
 from __future__ import annotations
 
 import argparse
 
-from oahu.streams.datasets import DATASETS
-from oahu.streams.stream_file import KINDS, PROTOCOLS, build_stream, write_jsonl
+from oahu.cli.stream_arguments import add_stream_arguments
+from oahu.streams.stream_file import KINDS, build_stream, write_jsonl
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,35 +18,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "stores the items once, the split, and the constraints as item indices in stream order "
         "(see streams/FORMAT.md).",
     )
-    p.add_argument(
-        "--dataset",
-        choices=DATASETS,
-        required=True,
-        help="digits (scikit-learn, bundled) or fashion-mnist (Debian package "
-        "dataset-fashion-mnist)",
-    )
-    p.add_argument(
-        "--constraints",
-        type=int,
-        default=10_000,
-        metavar="N",
-        help="number of constraints in the stream (default: 10000)",
-    )
-    p.add_argument(
-        "--seed", type=int, default=0, help="seed of the split and the sampling (default: 0)"
-    )
+    add_stream_arguments(p)
     p.add_argument(
         "--kind",
         choices=KINDS,
         default="triplet",
         help="triplets (OAHU, OASIS) or labelled pairs (LEGO, RDML) (default: triplet)",
-    )
-    p.add_argument(
-        "--protocol",
-        choices=PROTOCOLS,
-        default="closure",
-        help="closure: the paper's seeds + transitive closure; random: i.i.d. "
-        "random constraints (default: closure)",
     )
     p.add_argument(
         "--out",

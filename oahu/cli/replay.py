@@ -9,13 +9,13 @@ from typing import Any
 
 import numpy as np
 
+from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.config import PRESETS
 from oahu.evaluation import evaluate
 from oahu.registry import LEARNER_NAMES, learner_class, make_learner
 from oahu.settings import parse_settings
 from oahu.stream_replay import as_json_floats, replay, stream_kind_for
-from oahu.streams.datasets import DATASETS
-from oahu.streams.stream_file import PROTOCOLS, ConstraintStream, build_stream, load_stream
+from oahu.streams.stream_file import ConstraintStream, build_stream, load_stream
 
 _DESCRIPTION = """\
 Replay a constraint stream through one learner and evaluate it the paper's way.
@@ -52,12 +52,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     source = p.add_mutually_exclusive_group()
-    source.add_argument(
-        "--dataset",
-        choices=DATASETS,
-        default=None,
-        help="build the paper's stream from this dataset (default: digits)",
-    )
+    add_stream_arguments(p, source)
     source.add_argument(
         "--stream",
         metavar="FILE",
@@ -69,26 +64,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=LEARNER_NAMES,
         default="oahu",
         help="the learner to train (default: oahu)",
-    )
-    p.add_argument(
-        "--constraints",
-        type=int,
-        default=10_000,
-        metavar="N",
-        help="constraints to build with --dataset (default: 10000)",
-    )
-    p.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the split, the stream and the learner's initialisation (default: 0)",
-    )
-    p.add_argument(
-        "--protocol",
-        choices=PROTOCOLS,
-        default="closure",
-        help="with --dataset: closure (the paper's) or random i.i.d. constraints "
-        "(default: closure)",
     )
     p.add_argument(
         "--preset",
@@ -152,18 +127,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def learner_params(args: argparse.Namespace) -> dict[str, Any]:
+    """The learner's constructor parameters: ``--set`` values, the flags for OAHU's common ones
+    (``--preset``, ``--device``, ``--batch-size``) and ``--seed`` for a learner with a seed."""
     params = parse_settings(args.set, "--set")
-    oahu_only = {"preset": args.preset, "device": args.device, "batch_size": args.batch_size}
-    for key, value in oahu_only.items():
+    names = learner_class(args.learner).param_names()
+    shortcuts = {"preset": args.preset, "device": args.device, "batch_size": args.batch_size}
+    for key, value in shortcuts.items():
         if value is None:
             continue
-        if args.learner != "oahu":
+        if key not in names:
             raise ValueError(
-                f"--{key.replace('_', '-')}: only OAHU has this; "
-                f"use --set for {args.learner}'s parameters"
+                f"--{key.replace('_', '-')}: {args.learner} has no parameter {key!r}; "
+                f"--show-params lists its parameters, --set sets them"
             )
         params[key] = value
-    if args.learner == "oahu":
+    if "seed" in names:
         params.setdefault("seed", args.seed)
     return params
 
