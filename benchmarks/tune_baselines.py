@@ -16,7 +16,7 @@ hold-out version of that, never touching a test item:
    (ties: the earlier grid point).
 
 Preprocessing is one more grid axis: every learner takes ``preprocess`` (fitted on dev-train by
-``learner.prepare``). Where the paper gives a value (OPML's λ = 1e-3, SPEC §6) it is kept and only
+``learner.prepare``). Where the paper gives a value (OPML's λ = 1e-3) it is kept and only
 the preprocessing is chosen. Euclidean is run over the preprocessing axis for reference only (it
 stays the raw-input floor of Table 3).
 

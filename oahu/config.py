@@ -1,8 +1,8 @@
 """OAHU's configuration: one typed place, with the paper's defaults.
 
 ``OAHUConfig()`` is the paper's setting (Section 4.3.2: L = 5, S_hidden = 100, S_emb = 50, β = 0.99,
-s = 0.1, η = 0.3, τ = 0.1). ``PRESETS`` names the settings the benchmarks use; each documents why it
-differs from the paper.
+s = 0.1, η = 0.3, τ = 0.1). ``PRESETS`` names the settings the benchmarks use; benchmarks/README.md
+("Defaults and presets") has why each differs from the paper and what it was measured to do.
 """
 
 from __future__ import annotations
@@ -50,9 +50,8 @@ class OAHUConfig:
     head0_components: int = 0
     preprocess: str = "none"  # input preprocessing, see oahu.preprocessing
     # BLAS threads for learning steps on the CPU (0: the libraries' own setting). One by
-    # default: a step's matrices are small, and on a shared machine the fork/join of every
-    # parallel region stalls when another process holds a core (measured here under load:
-    # micro-batch B = 256 at 12,862 triplets/s on 1 thread against 556/s on 2).
+    # default: a step's matrices are small, and the fork/join of every parallel region stalls
+    # when another process holds a core (oahu/threads.py).
     cpu_threads: int = 1
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
@@ -113,18 +112,9 @@ def _check_int(cfg: OAHUConfig, field: str, minimum: int) -> None:
 PRESETS: dict[str, OAHUConfig] = {
     # Section 4.3.2 of the paper, as published.
     "paper": OAHUConfig(),
-    # What reaches error <= 0.14 and macro-F1 >= 0.86 on Fashion-MNIST with the paper's 10,000
-    # constraints, one pass (benchmarks/README.md has the measurements). With the paper's
-    # settings the deep heads, 100 units wide, collapse each class under ABTL's always-active
-    # pull and push; the hedge then gives them most of α while their kNN error is worst
-    # (0.23-0.25 against E0's 0.16). Changes: inputs centred on the development mean (raw
-    # pixels are all non-negative, which crowds the normalised embeddings into one cap of the
-    # sphere); E0 initialised to the top 200 principal axes of the (unlabelled) development
-    # items, so it starts as the cosine metric of their PCA projection; one hidden layer as
-    # wide as the input, with an orthogonal 784-d head; η = 0.003 so that ABTL's updates, which
-    # never switch off, refine that geometry rather than undo it within one pass. The hedge
-    # then weights E0 (α ≈ 0.95). With a full-rank E0 (``head0_init="random"``) the same
-    # updates wear E0 down instead (error 0.1397, macro-F1 0.8589).
+    # Centred inputs, E0 from the top 200 principal axes of the development items, one hidden
+    # layer as wide as the input with an orthogonal 784-d head, η = 0.003: what reaches the
+    # issue's Fashion-MNIST targets in one pass (benchmarks/README.md, "Defaults and presets").
     "tuned": OAHUConfig(
         n_hidden_layers=1,
         hidden_width=784,

@@ -1,7 +1,7 @@
 """The hedge update of the metric weights α (Eq. 20 and the smoothing of Algorithm 1).
 
 α is not a trainable parameter: it is updated after the parameter step from the losses each
-depth suffered on the constraint (SPEC §3, steps 3-4).
+depth suffered on the constraint (Algorithm 1; docs/algorithms.md, "One update").
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ whole micro-batch: pass distances of shape (n_depths, batch). They accept torch 
 arrays (see :func:`oahu.arrays.namespace`).
 
 The thresholds c1 = d_sim(D+) and c2 = d_dis(D-) are computed from the distances measured before
-the update and are *targets*: they are held constant in the gradient step (SPEC §2).
+the update and are *targets*: they are held constant in the gradient step (docs/algorithms.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The over-complete multi-depth network of OAHU (Section 3.2, Eq. 1; SPEC §1).
+"""The over-complete multi-depth network of OAHU (Section 3.2, Eq. 1; docs/algorithms.md).
 
 h(0) = x, h(l) = ReLU(W(l) h(l−1) + b(l)) for l = 1..L, and one bias-free embedding head per
 depth, f(l)(x) = normalize(Θ(l) h(l)), l = 0..L, so that every embedding lies on the unit sphere.

@@ -1,6 +1,6 @@
 """OAHU: Online metric learning with Adaptive Hedge Update (Algorithm 1 of the paper).
 
-Per triplet (or micro-batch of triplets), in this order (SPEC §3):
+Per triplet (or micro-batch of triplets), in this order (docs/algorithms.md, "One update"):
 
 1. embed the three items at every depth and compute the ABTL L(l) (Eq. 13) per depth;
 2. one gradient-descent step with rate η on Σ_l α(l)·L(l), α held constant (Eq. 21-22);

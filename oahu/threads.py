@@ -4,15 +4,13 @@ pools of torch and faiss per service thread.
 Learning steps are a few dozen small matrix operations (OAHU) or memory-bound level-2 BLAS calls
 (the Mahalanobis and bilinear baselines). Spreading those over threads buys nothing, and each
 parallel region's fork/join can wait a whole scheduler quantum (milliseconds) when another
-process holds the other core: measured here under load, an OAHU micro-batch step on two threads
-ran 23 times slower than on one, and two dgemv calls of a baseline update at d = 784 took 4.8 ms
-against 0.35 ms. So a step runs inside :func:`blas_threads`.
+process holds the other core (benchmarks/README.md, "Training throughput", has the slowdowns
+measured). So a step runs inside :func:`blas_threads`.
 
 OpenMP keeps its thread count per calling thread: ``torch.set_num_threads`` in the main thread
-leaves a worker thread with the default (one per core), and on a 2-core box a query thread then
-ran every small call on a spinning team of two that fought the learner for the cores (100 ms per
-query instead of 3 ms). So each service thread sets its own count with
-:func:`use_native_threads` when it starts.
+leaves a worker thread with the default (one per core), and a query thread then runs every small
+call on a spinning team that fights the learner for the cores. So each service thread sets its
+own count with :func:`use_native_threads` when it starts.
 """
 
 from __future__ import annotations

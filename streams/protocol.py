@@ -1,4 +1,5 @@
-"""The paper's benchmark-stream protocol (SPEC §5, Section 4.3.2 and footnote 1 of the OAHU paper).
+"""The paper's benchmark-stream protocol (Section 4.3.2 and footnote 1 of the OAHU paper;
+docs/algorithms.md, "Benchmark streams").
 
 * :func:`split_dev_test` shuffles the labelled items with the run's seed and splits them 1:1 into
   development and test sets (global indices into the dataset).

@@ -272,8 +272,8 @@ def build_stream(
     kind: str = "triplet",
     protocol: str = "closure",
 ) -> ConstraintStream:
-    """The benchmark stream of SPEC §5 for ``dataset``: seeded 1:1 dev/test split, then
-    ``n_constraints`` constraints from the development set by ``protocol``.
+    """The paper's benchmark stream (docs/algorithms.md) for ``dataset``: seeded 1:1 dev/test
+    split, then ``n_constraints`` constraints from the development set by ``protocol``.
 
     >>> s = build_stream("digits", n_constraints=100, seed=0)
     >>> len(s), s.kind, len(s.dev_idx), s.meta["n_seeds"]

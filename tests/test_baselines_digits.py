@@ -1,14 +1,14 @@
 """End to end on sklearn's digits: does each baseline's learned metric lower 5-NN error below
 the Euclidean metric it starts from?
 
-Protocol (SPEC §5, shrunk to test size): digits (1,797 items) shuffled with seed 0 and split 1:1
-into development and test halves; features standardised with statistics of the development
-half and rows scaled to unit length, so that RDML's threshold 1 and OASIS's inner product are
-well posed and Euclidean, cosine and OASIS-at-W0=I rank alike. Streams of 2,000 triplets
-(anchor, a positive of its class, a negative of another class) are drawn from the development
-half, one per seed in STREAM_SEEDS, since a single stream moves the error by a few items; OPML
-instead makes its own one pass over the development half. The gallery is
-the development half, the queries the test half.
+Protocol (the paper's, docs/algorithms.md, shrunk to test size): digits (1,797 items) shuffled with
+seed 0 and split 1:1 into development and test halves; features standardised with statistics of the
+development half and rows scaled to unit length, so that RDML's threshold 1 and OASIS's inner
+product are well posed and Euclidean, cosine and OASIS-at-W0=I rank alike. Streams of 2,000 triplets
+(anchor, a positive of its class, a negative of another class) are drawn from the development half,
+one per seed in STREAM_SEEDS, since a single stream moves the error by a few items; OPML instead
+makes its own one pass over the development half. The gallery is the development half, the queries
+the test half.
 
 Inputs are preprocessed here, so the learners take them as they are (preprocess="none").
 Hyper-parameters were chosen on a split of the development half only: LEGO η = 0.1, RDML

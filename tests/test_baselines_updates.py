@@ -1,5 +1,5 @@
 """Each baseline's update rule against numbers computed here from the formula written out
-(SPEC §6), never by calling the implementation's own arithmetic."""
+(docs/algorithms.md), never by calling the implementation's own arithmetic."""
 
 from __future__ import annotations
 

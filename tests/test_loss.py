@@ -1,4 +1,4 @@
-"""ABTL (Eq. 9-13) against hand-computed values and the properties of SPEC §2."""
+"""ABTL (Eq. 9-13) against hand-computed values and its stated properties (docs/algorithms.md)."""
 
 import math
 

@@ -1,7 +1,8 @@
 """LEGO: LogDet Exact Gradient Online metric learning (Jain, Kulis, Dhillon, Grauman, NIPS 2008).
 
 Each pair (u, v) with target squared distance y updates A by the closed-form minimiser of
-D_ld(A, A_t) + η ℓ(d_A(u, v), y) with the squared loss ℓ evaluated at the new distance (SPEC §6):
+D_ld(A, A_t) + η ℓ(d_A(u, v), y) with the squared loss ℓ evaluated at the new distance
+(docs/algorithms.md):
 
     z = u − v,  ŷ = zᵀ A z
     ȳ = (η y ŷ − 1 + sqrt((η y ŷ − 1)² + 4 η ŷ²)) / (2 η ŷ)      (the distance after the update)
@@ -46,14 +47,8 @@ class LEGO(PairwiseMahalanobis):
         that is never prepared uses ``UNIT_SCALE_TARGETS``, which suit unit-length rows.
     preprocess : input preprocessing (``oahu.preprocessing``), fitted by ``prepare``.
 
-    Defaults (η = 0.1, unit-length rows) were tuned on Fashion-MNIST's development split only
-    by benchmarks/tune_baselines.py: halves of the development split as dev-train / dev-val
-    (two shuffles), the paper's 10,000-pair closure stream from dev-train, 5-NN error on
-    dev-val, η ∈ {1e-4, ..., 1} x preprocess ∈ {none, unit, center+unit, standardize+unit}.
-    The overall best there, standardize+unit with η = 0.01 (0.153 against 0.158 for these
-    defaults), needs statistics from ``prepare``, which a learner built by the service never
-    gets; the benchmarks pass it explicitly. On raw pixels (preprocess="none") LEGO does worse
-    than no learning at every η tried (0.17-0.21 against 0.158).
+    The defaults (η = 0.1, unit-length rows) were tuned on the development split of
+    Fashion-MNIST only (benchmarks/README.md, "Defaults and presets").
 
     >>> import numpy as np
     >>> lego = LEGO(n_features=2, learning_rate=1.0, target_similar=1.0, target_dissimilar=4.0,

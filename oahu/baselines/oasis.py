@@ -2,7 +2,7 @@
 JMLR 2010).
 
 A bilinear similarity S(p, q) = pᵀ W q, W0 = I, learned passive-aggressively from triplets
-(p, p⁺, p⁻) (SPEC §6; the paper's Eq. 2 loss and its PA-I step):
+(p, p⁺, p⁻) (the OASIS paper's Eq. 2 loss and its PA-I step; docs/algorithms.md):
 
     l = max(0, 1 − S(p, p⁺) + S(p, p⁻))
     V = p (p⁺ − p⁻)ᵀ,   τ = min(C, l / ‖V‖²_F),   W ← W + τ V
@@ -48,15 +48,8 @@ class OASIS(Learner):
     aggressiveness : C, the cap on the passive-aggressive step τ (0.1 in Chechik et al.).
     preprocess : input preprocessing (``oahu.preprocessing``), fitted by ``prepare``.
 
-    Defaults (C = 1e-4, unit-length rows, i.e. the cosine similarity at W0 = I) were tuned on
-    Fashion-MNIST's development split only by benchmarks/tune_baselines.py: halves of the
-    development split as dev-train / dev-val (two shuffles), the paper's 10,000-triplet closure
-    stream from dev-train, 5-NN error on dev-val, C ∈ {1e-4, ..., 1} x preprocess ∈ {none, unit,
-    center+unit, standardize+unit}. The kNN error grows with C for every preprocessing (unit
-    rows: 0.161 at C = 1e-4, 0.19 at 1e-3, 0.40 at 0.1): W is neither symmetric nor PSD, so
-    larger steps make some gallery items everyone's nearest neighbour. The overall best,
-    center+unit with C = 1e-4 (0.157), needs statistics from ``prepare``, which a learner
-    built by the service never gets; the benchmarks pass it explicitly.
+    The defaults (C = 1e-4, unit-length rows, i.e. the cosine similarity at W0 = I) were tuned
+    on the development split of Fashion-MNIST only (benchmarks/README.md, "Defaults and presets").
 
     >>> import numpy as np
     >>> oasis = OASIS(n_features=2, aggressiveness=0.1, preprocess="none")

@@ -3,11 +3,11 @@ Shi, Pattern Recognition 2018).
 
 The metric is M = Lᵀ L with L0 = I. A triplet (x, x_p, x_q) with a = x − x_p, b = x − x_q that
 violates the unit margin, ‖L a‖² + 1 − ‖L b‖² > 0, moves L to the minimiser of
-½‖L − L_t‖²_F + (λ/2)(‖L a‖² − ‖L b‖²), the closed form of SPEC §6:
+½‖L − L_t‖²_F + (λ/2)(‖L a‖² − ‖L b‖²), in closed form (docs/algorithms.md):
 
     L ← L T⁻¹,   T = I + λ (a aᵀ − b bᵀ)
 
-which SPEC writes out term by term (Btr, Btr2, η, β) by Woodbury. We keep M instead of L, which
+which expands term by term (Btr, Btr2, η, β) by Woodbury. We keep M instead of L, which
 gives the same metric at every step (M ← T⁻¹ M T⁻¹ since T is symmetric) and lets a step read
 and write only half of a symmetric matrix. With P = [a b] and T⁻¹ = I + P C Pᵀ (Woodbury, C a
 2 x 2 matrix), Q = M P and S = Pᵀ M P:
@@ -16,7 +16,7 @@ and write only half of a symmetric matrix. With P = [a b] and T⁻¹ = I + P C P
 
 i.e. two symmetric matrix-vector products and one symmetric rank-2k update: O(d²).
 
-det(T) on span{a, b} is SPEC's η + β = (1 + λ aᵀa)(1 − λ bᵀb) + λ² (aᵀb)². When it is not
+det(T) on span{a, b} is that expansion's η + β = (1 + λ aᵀa)(1 − λ bᵀb) + λ² (aᵀb)². When it is not
 positive, T is indefinite and the objective has no minimiser (the "closed form" is a saddle
 point or a division by ~0), so the triplet is skipped and counted under ``skipped["ill_posed"]``;
 with λ = 1e-3 that needs ‖b‖² ≳ 1000, i.e. unscaled features. Keep λ ‖b‖² well below 1: as it
@@ -56,12 +56,8 @@ class OPML(MahalanobisLearner):
         (the paper's default 1e-3, kept).
     preprocess : input preprocessing (``oahu.preprocessing``), fitted by ``prepare``.
 
-    The preprocessing default (none) was chosen on Fashion-MNIST's development split only by
-    benchmarks/tune_baselines.py: halves of the development split as dev-train / dev-val (two
-    shuffles), OPML's one pass over dev-train, 5-NN error on dev-val, preprocess ∈ {none, unit,
-    center+unit, standardize+unit}. The overall best, center+unit (0.153 against 0.158 for
-    none), needs statistics from ``prepare``, which a learner built by the service never gets;
-    the benchmarks pass it explicitly.
+    The preprocessing default (none) was chosen on the development split of Fashion-MNIST only
+    (benchmarks/README.md, "Defaults and presets").
 
     >>> import numpy as np
     >>> opml = OPML(n_features=2, regularization=0.1)
@@ -115,7 +111,7 @@ class OPML(MahalanobisLearner):
             return False
         lam = self.regularization
         aa, ab, bb = float(a @ a), float(a @ b), float(b @ b)
-        det = (1.0 + lam * aa) * (1.0 - lam * bb) + lam * lam * ab * ab  # SPEC's η + β
+        det = (1.0 + lam * aa) * (1.0 - lam * bb) + lam * lam * ab * ab  # the expansion's η + β
         if det <= _MIN_DETERMINANT:
             self.skipped[SKIP_ILL_POSED] += 1
             return False

@@ -1,7 +1,8 @@
 """RDML: online regularized distance metric learning (Jin, Wang, Zhou, NIPS 2009).
 
 Pairs carry y = +1 (similar) or −1 (dissimilar) and the decision threshold is 1 on
-d_A = ‖u − v‖²_A. On a mistake, y (1 − d_A) ≤ 0, the online algorithm takes the step (SPEC §6)
+d_A = ‖u − v‖²_A. On a mistake, y (1 − d_A) ≤ 0, the online algorithm takes the step
+(docs/algorithms.md)
 
     A ← A − λ_t y z zᵀ,   z = u − v
 
@@ -58,18 +59,8 @@ class RDML(PairwiseMahalanobis):
         so that A stays invertible (0 < psd_margin < 1).
     preprocess : input preprocessing (``oahu.preprocessing``), fitted by ``prepare``.
 
-    Defaults (λ = 0.1, unit-length rows, psd_margin = 0.5) were tuned on Fashion-MNIST's
-    development split only by benchmarks/tune_baselines.py: halves of the development split as
-    dev-train / dev-val (two shuffles), the paper's 10,000-pair closure stream from dev-train,
-    5-NN error on dev-val, λ ∈ {1e-4, ..., 1} x preprocess ∈ {none, unit, center+unit,
-    standardize+unit} (psd_margin = 0.5 from an earlier digits grid over {0.1, 0.3, 0.5}).
-    The overall best there, center+unit with λ = 0.1 (0.152 against 0.158 for these defaults),
-    needs statistics from ``prepare``, which a learner built by the service never gets; the
-    benchmarks pass it explicitly. With unit rows λ = 1 scored 0.154 but is not the default:
-    steps that large on ‖z‖² up to 4 leave A ill-conditioned (condition number ~1e7 after
-    2,000 pairs in 10 dimensions) and A⁻¹ by Sherman-Morrison then drifts (A A⁻¹ off I by 0.5).
-    On raw pixels squared distances are ~100 ≫ 1, so almost no dissimilar pair is ever a
-    mistake (U ≈ 0.005 for λ ≥ 1e-3).
+    The defaults (λ = 0.1, unit-length rows, psd_margin = 0.5) were tuned on the development
+    split of Fashion-MNIST only (benchmarks/README.md, "Defaults and presets").
 
     >>> import numpy as np
     >>> rdml = RDML(n_features=2, learning_rate=0.1, preprocess="none")
