@@ -39,6 +39,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import ttest_ind
 
+from oahu.settings import split_setting
+
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results"
 README = BENCHMARKS / "README.md"
@@ -143,9 +145,7 @@ def override_args(rows: list[Row], overrides: Sequence[str]) -> list[Row]:
     """
     by_label = {row.label: row for row in rows}
     for item in overrides:
-        label, sep, raw = item.partition("=")
-        if not sep or not label:
-            raise ValueError(f"--learner-args: expected LABEL=ARGS, got {item!r}")
+        label, raw = split_setting(item, "--learner-args", form="LABEL=ARGS")
         learner = by_label[label].learner if label in by_label else label.split(" ")[0]
         by_label[label] = Row(label, learner, tuple(shlex.split(raw)))
     return list(by_label.values())

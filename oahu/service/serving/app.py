@@ -22,7 +22,7 @@ from oahu.connectors.file_source import FileSource
 from oahu.learner import Learner
 from oahu.persistence import learner_to_bytes
 from oahu.registry import make_learner
-from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemChange, ItemStore
+from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
 from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.learning.main import learner_main
@@ -92,7 +92,7 @@ class Service:
         if config.is_kafka:
             config.check_kafka_options()
         items, gallery = initial_items(config)
-        self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE, self._forward_items)
+        self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
         self.learner, progress = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
         self.publisher = SnapshotPublisher(
@@ -110,6 +110,8 @@ class Service:
             self.publisher.submit,
             self.metrics.forward,
         )
+        # API item changes go to the learner process (before it runs, it reads the overlay file)
+        self.catalog.on_change = self.learning.forward
         self.engine = QueryEngine(self.publisher, max_batch_rows=max(config.max_batch_items, 1))
         self.app = create_app(self._view())
 
@@ -160,12 +162,6 @@ class Service:
             healthy=lambda: self.learner_error is None,
             items_synced=self._items_synced,
         )
-
-    def _forward_items(self, change: ItemChange) -> None:
-        # called by the catalog under its lock, before the first request can be served only
-        # if the learner is not running yet (it then reads the overlay file)
-        if hasattr(self, "learning"):
-            self.learning.forward(change)
 
     def _items_synced(self, version: int) -> None:
         if not self.learning.wait_items(version, ITEM_SYNC_TIMEOUT_SECONDS) and self.learning.alive:
