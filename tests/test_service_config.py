@@ -70,6 +70,7 @@ def test_file_then_env_then_flags(tmp_path: Path, suffix: str):
         ({"http": "8000"}, "http: expected HOST:PORT"),
         ({"reindex_interval": 0.0}, "reindex_interval: must be > 0"),
         ({"max_batch_items": 0}, "max_batch_items: must be >= 1"),
+        ({"index": "hnsw"}, "index: one of exact, flat, ivf, got 'hnsw'"),
     ],
 )
 def test_invalid_settings_name_the_field(changes: dict, message: str):

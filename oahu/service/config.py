@@ -106,7 +106,8 @@ class ServiceConfig:
     max_batch_items: int = _opt(4096, "most items (or pairs) in one request", "N")
     index: str = _opt(
         "exact",
-        "gallery search: exact (the paper's kNN) or ivf (approximate, for large galleries)",
+        "gallery search: exact (the paper's kNN, by matrix products), flat (the same, by faiss) "
+        "or ivf (approximate, for large galleries)",
         "KIND",
     )
     ivf_nprobe: int = _opt(16, "clusters an ivf index visits per depth and query", "N")
@@ -149,8 +150,10 @@ class ServiceConfig:
             raise ValueError(
                 f"learner: unknown name {self.learner!r}; choose one of {', '.join(LEARNER_NAMES)}"
             )
-        if self.index not in ("exact", "ivf"):
-            raise ValueError(f"index: exact or ivf, got {self.index!r}")
+        from oahu.inference.index import INDEX_KINDS  # here: the learner process never needs it
+
+        if self.index not in INDEX_KINDS:
+            raise ValueError(f"index: one of {', '.join(INDEX_KINDS)}, got {self.index!r}")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(f"log_level: debug, info, warning or error, got {self.log_level!r}")
         self.http_host_port()
