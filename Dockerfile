@@ -21,7 +21,7 @@ COPY pyproject.toml README.md /src/
 COPY oahu /src/oahu
 COPY streams /src/streams
 COPY connectors /src/connectors
-RUN pip install /src && rm -rf /src && python -c "import oahu.service.app, oahu.streams"
+RUN pip install /src && rm -rf /src && python -c "import oahu.service.serving.app, oahu.streams, oahu.connectors"
 
 RUN useradd --create-home --uid 10001 oahu && mkdir -p /var/lib/oahu && chown oahu /var/lib/oahu
 USER oahu
