@@ -82,6 +82,6 @@ def test_dockerfile_is_slim_non_root_and_health_checked():
     assert re.search(r"^USER oahu$", text, re.M)
     assert "HEALTHCHECK" in text and "/healthz" in text
     assert "download.pytorch.org/whl/cpu" in text  # CPU build of torch
-    (checked,) = re.findall(r'python -c "import ([^"]+)"', text)  # the image's import check
+    (checked,) = re.findall(r'pip install /src .* python -c "import ([^";]+)"', text)
     for module in checked.split(", "):
         assert importlib.util.find_spec(module) is not None, module
