@@ -95,14 +95,16 @@ class MetricLearner(TransformerMixin, BaseEstimator):
     def fit(self, X: Any, y: Any = None) -> MetricLearner:
         """Learn from triplets ``X`` (n, 3, n_features), or from constraints drawn from the
         labelled items ``X`` (n, n_features) with labels ``y``."""
-        for attribute in ("learner_", "n_features_in_", "_seed"):
-            self.__dict__.pop(attribute, None)
-        return self.partial_fit(X, y)
+        return self._learn(X, y, first=True)
 
     def partial_fit(self, X: Any, y: Any = None) -> MetricLearner:
         """Continue learning from more triplets, or from constraints drawn among more labelled
         items (a fresh estimator: the same as ``fit``)."""
-        first = not hasattr(self, "learner_")
+        return self._learn(X, y, first=not hasattr(self, "learner_"))
+
+    def _learn(self, X: Any, y: Any, first: bool) -> MetricLearner:
+        """Learn from ``X`` (and ``y``), with a new learner prepared on these items if
+        ``first``."""
         if y is None:
             triplets = self._check_triplets(X, first)
             items = triplets.reshape(-1, triplets.shape[2])
