@@ -242,7 +242,7 @@ class Learner(ABC):
             idx = np.flatnonzero(valid)
             if len(idx) < len(a):
                 a, p, n = a[idx], p[idx], n[idx]
-            scale = self.input_scaler.transform
+            scale = self._learning_rows
             used[idx] = self._learn_triplets(scale(a), scale(p), scale(n))
         self.constraints_used += int(used.sum())
         return used
@@ -260,10 +260,15 @@ class Learner(ABC):
         used = np.zeros(len(xu), dtype=bool)
         if valid.any():
             idx = np.flatnonzero(valid)
-            scale = self.input_scaler.transform
+            scale = self._learning_rows
             used[idx] = self._learn_pairs(scale(xu[idx]), scale(xv[idx]), sim[idx])
         self.constraints_used += int(used.sum())
         return used
+
+    def _learning_rows(self, x: np.ndarray) -> np.ndarray:
+        """Validated items as the learning hooks receive them: preprocessed (a learner that
+        projects each update's rows itself takes them before the projection)."""
+        return self.input_scaler.transform(x)
 
     def _screen(self, finite: np.ndarray, non_degenerate: np.ndarray) -> np.ndarray:
         self.constraints_seen += len(finite)

@@ -1,4 +1,5 @@
-"""Input preprocessing shared by every learner: centering, standardising, unit-length rows.
+"""Input preprocessing shared by every learner: centering, standardising, a projection onto the
+principal axes, unit-length rows.
 
 The online metric learners are sensitive to the scale and offset of their input: RDML's threshold
 and OASIS's inner product assume unit-scale rows, and raw pixels (all non-negative) crowd OAHU's
@@ -8,6 +9,11 @@ normalised embeddings into one small cap of the sphere. A learner therefore carr
 Statistics come from unlabelled items only, handed to :meth:`Learner.prepare` once before the
 stream starts (the development split in the paper's protocol, the gallery in the service), and
 are part of the learner's checkpointed state. ``"none"`` (the default) leaves inputs untouched.
+
+``"pca:K"`` centres the items (or standardises them, with ``standardize``) and projects them onto
+their top K principal axes, so a learner works in K dimensions instead of d: OAHU's default
+starts from the cosine metric of that projection and learns on top of it (docs/algorithms.md,
+"Input projection"). If the items span fewer than K axes, the missing axes are zero.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-STEPS = ("center", "standardize", "unit")
+STEPS = ("center", "standardize", "pca:K", "lift:F", "unit")
 _STD_FLOOR = 1e-6  # constant features (e.g. always-black pixels) keep scale 1, not 1/0
 _NORM_FLOOR = 1e-12
 
@@ -27,33 +33,77 @@ def parse_preprocess(spec: str) -> tuple[str, ...]:
 
     >>> parse_preprocess("center+unit")
     ('center', 'unit')
+    >>> parse_preprocess("pca:64")
+    ('pca:64',)
     >>> parse_preprocess("zscore")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ValueError: preprocess: unknown step 'zscore' in 'zscore'; use 'none' or '+'-joined steps...
     """
+    if not isinstance(spec, str):
+        raise ValueError(f"preprocess: expected a string such as 'center+unit', got {spec!r}")
     if spec in ("", "none"):
         return ()
     steps = tuple(spec.split("+"))
     for step in steps:
-        if step not in STEPS:
+        if step not in STEPS and pca_components(step) is None and lift_factor(step) is None:
             raise ValueError(
                 f"preprocess: unknown step {step!r} in {spec!r}; use 'none' or '+'-joined "
                 f"steps of {', '.join(STEPS)}"
             )
-    if "center" in steps and "standardize" in steps:
-        raise ValueError(f"preprocess: {spec!r} — standardize already centers")
+    names = [step.partition(":")[0] for step in steps]
+    if len(set(names)) != len(names):
+        raise ValueError(f"preprocess: {spec!r} repeats a step")
+    for centring in ("standardize", "pca"):
+        if "center" in steps and centring in names:
+            raise ValueError(f"preprocess: {spec!r} — {centring} already centers")
+    if "unit" in steps and steps[-1] != "unit":
+        raise ValueError(f"preprocess: {spec!r} — unit must be the last step")
     return steps
 
 
+def lift_factor(step: str) -> float | None:
+    """F of a ``"lift:F"`` step (a number > 0), None for any other step.
+
+    >>> lift_factor("lift:2"), lift_factor("lift:0.5"), lift_factor("lift:x"), lift_factor("unit")
+    (2.0, 0.5, None, None)
+    """
+    name, sep, value = step.partition(":")
+    if name != "lift" or not sep:
+        return None
+    try:
+        factor = float(value)
+    except ValueError:
+        return None
+    return factor if 0.0 < factor < float("inf") else None
+
+
+def pca_components(step: str) -> int | None:
+    """K of a ``"pca:K"`` step (a positive integer), None for any other step.
+
+    >>> pca_components("pca:128"), pca_components("center"), pca_components("pca:0")
+    (128, None, None)
+    """
+    name, sep, count = step.partition(":")
+    if name != "pca" or not sep or not count.isdigit() or int(count) < 1:
+        return None
+    return int(count)
+
+
 class InputScaler:
-    """Column centering / standardising fitted on unlabelled items, then optional unit rows.
+    """Column centering / standardising / principal axes fitted on unlabelled items, then
+    optional unit rows.
 
     >>> scaler = InputScaler("standardize+unit", n_features=2)
     >>> scaler.fit(np.array([[0.0, 10.0], [2.0, 30.0]]))
     >>> out = scaler.transform(np.array([[2.0, 10.0]], dtype=np.float32))
     >>> [round(float(v), 4) for v in out.ravel()]
     [0.7071, -0.7071]
+    >>> pca = InputScaler("pca:1", n_features=2)
+    >>> pca.fit(np.array([[0.0, 0.0], [2.0, 2.0], [4.0, 4.0]]))
+    >>> projected = pca.transform(np.ones((1, 2), np.float32))  # (1, 1) is 1.4142 from the mean
+    >>> pca.n_outputs, round(abs(float(projected[0, 0])), 4)
+    (1, 1.4142)
     """
 
     def __init__(self, spec: str, n_features: int) -> None:
@@ -62,14 +112,35 @@ class InputScaler:
         self.n_features = n_features
         self.mean: np.ndarray | None = None
         self.scale: np.ndarray | None = None
+        self.components: np.ndarray | None = None  # (K, d) principal axes, rows of unit norm
+        k = next((c for c in map(pca_components, self.steps) if c is not None), None)
+        self._pca = None if k is None else min(k, n_features)
+        self._lift = next((f for f in map(lift_factor, self.steps) if f is not None), None)
+        self.lift: float | None = None  # the appended coordinate's value, fitted
+
+    @property
+    def n_outputs(self) -> int:
+        """Dimension of the transformed items: K for ``pca:K`` (at most d), else d."""
+        width = self.n_features if self._pca is None else self._pca
+        return width + (self._lift is not None)
+
+    @property
+    def _fits(self) -> bool:
+        return (
+            "center" in self.steps
+            or "standardize" in self.steps
+            or self._pca is not None
+            or self._lift is not None
+        )
 
     @property
     def needs_fit(self) -> bool:
-        return ("center" in self.steps or "standardize" in self.steps) and self.mean is None
+        return self._fits and self.mean is None
 
     def fit(self, x: np.ndarray) -> None:
-        """Column statistics from ``x`` (n, d); a no-op for steps that need none."""
-        if not ("center" in self.steps or "standardize" in self.steps):
+        """Column statistics (and principal axes) from ``x`` (n, d); a no-op for steps that
+        need none."""
+        if not self._fits:
             return
         x = np.asarray(x, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != self.n_features or len(x) == 0:
@@ -81,9 +152,21 @@ class InputScaler:
         self.mean = x.mean(axis=0).astype(np.float32)
         if "standardize" in self.steps:
             self.scale = np.maximum(x.std(axis=0), _STD_FLOOR).astype(np.float32)
+        if self._pca is not None:
+            self.components = _principal_axes(x, self.mean, self.scale, self._pca)
+        if self._lift is not None:
+            self.lift = None
+            before = self.project(self.transform(x.astype(np.float32), defer_projection=True))
+            self.lift = self._lift * float(np.median(np.linalg.norm(before, axis=1)))
 
-    def transform(self, x: np.ndarray) -> np.ndarray:
-        """Apply the steps to a float32 matrix (returns ``x`` itself when there are none)."""
+    def transform(self, x: np.ndarray, defer_projection: bool = False) -> np.ndarray:
+        """Apply the steps to a float32 matrix (returns ``x`` itself when there are none).
+
+        With ``defer_projection``, only the steps that treat every value on its own (centre,
+        standardise); :meth:`project` does the rest. A matrix product's rounding depends on how
+        many rows it multiplies at once, so a learner that must learn the same model however its
+        stream is chunked (OAHU's strict mode) projects each update's rows itself.
+        """
         if not self.steps:
             return x
         if self.needs_fit:
@@ -96,6 +179,28 @@ class InputScaler:
             out = out - self.mean
         if self.scale is not None:
             out = out / self.scale
+        out = np.ascontiguousarray(out, dtype=np.float32)
+        return out if defer_projection else self.project(out, row_invariant=True)
+
+    def project(self, x: np.ndarray, row_invariant: bool = False) -> np.ndarray:
+        """The steps after the elementwise ones: the principal-axes projection and unit rows.
+
+        With ``row_invariant``, each row's projection does not depend on the rows projected with
+        it: the product is accumulated in float64 and rounded to float32 once, where float32
+        BLAS rounds a row differently by how many rows it multiplies at once. Embedding needs
+        this (the service embeds a query alone or batched with other requests' queries, and must
+        give one answer per model); a learner's own fixed-size update blocks do not.
+        """
+        out = x
+        if self.components is not None:
+            if row_invariant:
+                out = (out.astype(np.float64) @ self.components.T.astype(np.float64)).astype(
+                    np.float32
+                )
+            else:
+                out = out @ self.components.T
+        if self.lift is not None:
+            out = np.concatenate([out, np.full((len(out), 1), self.lift, np.float32)], axis=1)
         if "unit" in self.steps:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             out = out / np.maximum(norms, _NORM_FLOOR)
@@ -107,6 +212,10 @@ class InputScaler:
             state["mean"] = torch.from_numpy(self.mean.copy())
         if self.scale is not None:
             state["scale"] = torch.from_numpy(self.scale.copy())
+        if self.components is not None:
+            state["components"] = torch.from_numpy(self.components.copy())
+        if self.lift is not None:
+            state["lift"] = self.lift
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -114,3 +223,29 @@ class InputScaler:
             raise ValueError(f"preprocess: checkpoint has {state['spec']!r}, not {self.spec!r}")
         self.mean = state["mean"].numpy().astype(np.float32) if "mean" in state else None
         self.scale = state["scale"].numpy().astype(np.float32) if "scale" in state else None
+        self.components = (
+            state["components"].numpy().astype(np.float32) if "components" in state else None
+        )
+        self.lift = float(state["lift"]) if "lift" in state else None
+        if self._pca is not None and (
+            self.components is None or self.components.shape != (self._pca, self.n_features)
+        ):
+            raise ValueError(
+                f"preprocess: {self.spec!r} needs principal axes of shape "
+                f"({self._pca}, {self.n_features}) in the checkpoint"
+            )
+
+
+def _principal_axes(
+    x: np.ndarray, mean: np.ndarray, scale: np.ndarray | None, k: int
+) -> np.ndarray:
+    """The top ``k`` principal axes of ``x`` (rows, float32); zero rows beyond its rank."""
+    from sklearn.decomposition import PCA  # only fitting needs scikit-learn
+
+    centred = (x - mean) / (1.0 if scale is None else scale)
+    available = min(k, *centred.shape)
+    axes = np.zeros((k, x.shape[1]), dtype=np.float32)
+    if available:
+        pca = PCA(n_components=available, svd_solver="covariance_eigh").fit(centred)
+        axes[:available] = pca.components_
+    return axes

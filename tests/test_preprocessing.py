@@ -42,7 +42,7 @@ def test_every_learner_embeds_through_its_scaler_and_checkpoints_it(name, tmp_pa
     with pytest.raises(ValueError, match="prepare"):
         learner.embed(X)
     learner.prepare(X)
-    plain = make_learner(name, n_features=3)
+    plain = make_learner(name, n_features=3, preprocess="none")  # the same, on scaled items
     scaled = learner.input_scaler.transform(X)
     assert np.allclose(learner.embed(X), plain.embed(scaled), atol=1e-6)
     save_learner(learner, tmp_path / "m.pt")
@@ -51,15 +51,47 @@ def test_every_learner_embeds_through_its_scaler_and_checkpoints_it(name, tmp_pa
     assert np.allclose(restored.embed(X), learner.embed(X))
 
 
-def test_learning_sees_scaled_inputs() -> None:
-    scaled_model = make_learner(
-        "oahu", n_features=3, preprocess="center", hidden_width=4, embedding_dim=2, device="cpu"
-    )
+@pytest.mark.parametrize("preset", [None, "paper"])
+def test_learning_sees_scaled_inputs(preset) -> None:
+    small = dict(preset=preset, hidden_width=4, embedding_dim=2, device="cpu")
+    scaled_model = make_learner("oahu", n_features=3, preprocess="center", **small)
     scaled_model.prepare(X)
-    reference = make_learner("oahu", n_features=3, hidden_width=4, embedding_dim=2, device="cpu")
+    reference = make_learner("oahu", n_features=3, preprocess="none", **small)
     shift = X.mean(axis=0)
     rng = np.random.default_rng(0)
     a, p, n = (rng.random((8, 3), dtype=np.float32) for _ in range(3))
     scaled_model.learn_triplets(a, p, n)
     reference.learn_triplets(a - shift, p - shift, n - shift)
     assert np.allclose(scaled_model.embed(a), reference.embed(a - shift), atol=1e-6)
+
+
+def test_learning_sees_projected_inputs() -> None:
+    """OAHU's default "pca:K": learning and embedding see the items on their top K axes."""
+    items = np.random.default_rng(1).normal(size=(50, 5)).astype(np.float32)
+    small = dict(hidden_width=4, device="cpu")
+    projected = make_learner("oahu", n_features=5, preprocess="pca:3", **small)
+    projected.prepare(items)
+    scaler = projected.input_scaler
+    assert scaler.n_outputs == 3 and projected.embed(items).shape == (projected.n_depths, 50, 3)
+    reference = make_learner("oahu", n_features=3, preprocess="none", **small)
+
+    def project(x: np.ndarray) -> np.ndarray:
+        return ((x - scaler.mean) @ scaler.components.T).astype(np.float32)
+
+    a, p, n = np.random.default_rng(0).normal(size=(3, 8, 5)).astype(np.float32)
+    projected.learn_triplets(a, p, n)
+    reference.learn_triplets(project(a), project(p), project(n))
+    assert np.allclose(projected.embed(a), reference.embed(project(a)), atol=1e-5)
+
+
+def test_the_projection_of_an_item_does_not_depend_on_the_items_beside_it() -> None:
+    """The service embeds a query alone or batched with other requests' queries, and must give
+    one answer per model: float32 BLAS would round a row differently by the batch's size."""
+    items = np.random.default_rng(2).normal(size=(1000, 64)).astype(np.float32)
+    scaler = InputScaler("pca:32", 64)
+    scaler.fit(items)
+    alone = scaler.transform(items[:8])
+    for n in (9, 16, 17, 64, 65, 257, 1000):
+        np.testing.assert_array_equal(scaler.transform(items[:n])[:8], alone)
+        after_others = np.concatenate([items[8:n], items[:8]])
+        np.testing.assert_array_equal(scaler.transform(after_others)[-8:], alone)
