@@ -79,3 +79,26 @@ def abtl_with_gradients(
     grad_pos = xp.where(d_pos > c1, 0.5 * inv_span, 0.0)
     grad_neg = xp.where(d_neg < c2, -0.5 / c2, 0.0)
     return 0.5 * (attractive + repulsive), grad_pos, grad_neg
+
+
+def margin_with_gradients(
+    d_pos: torch.Tensor, d_neg: torch.Tensor, margin: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The margin triplet loss max(0, D+ − D− + m) with ∂L/∂D+ and ∂L/∂D− (ours, docs/algorithms.md
+    "Margin loss"): ``(loss, grad_pos, grad_neg)``.
+
+    In ABTL's terms both bounds are relative to the triplet itself (c1 = D− − m, c2 = D+ + m), so
+    a triplet that already ranks its positive closer by the margin is inactive and leaves the
+    metric alone; ABTL's absolute bounds keep nearly every triplet active (Eq. 9-13).
+
+    >>> loss, g_pos, g_neg = margin_with_gradients(
+    ...     torch.tensor([0.5, 0.2]), torch.tensor([0.5, 0.9]), margin=0.1)
+    >>> [round(v, 4) for v in loss.tolist()], g_pos.tolist(), g_neg.tolist()
+    ([0.1, 0.0], [1.0, 0.0], [-1.0, -0.0])
+    """
+    xp = namespace(d_pos)
+    violation = d_pos - d_neg + margin
+    active = violation > 0.0
+    # ones_like/zeros_like keep the distances' dtype (float32), where a Python 1.0 would not.
+    grad_pos = xp.where(active, xp.ones_like(d_pos), xp.zeros_like(d_pos))
+    return violation.clip(min=0.0), grad_pos, -grad_pos

@@ -2,6 +2,9 @@
 
 h(0) = x, h(l) = ReLU(W(l) h(l−1) + b(l)) for l = 1..L, and one bias-free embedding head per
 depth, f(l)(x) = normalize(Θ(l) h(l)), l = 0..L, so that every embedding lies on the unit sphere.
+With residual heads (ours, docs/algorithms.md) the deeper heads add to E0's output,
+f(l)(x) = normalize(E0 x + Θ(l) h(l)) for l >= 1, and start at Θ(l) = 0: every depth begins at
+E0's metric and learns a nonlinear correction of it, instead of starting from a random one.
 
 The parameter step is written out by hand rather than through autograd: Eq. 21 (Θ(l) sees only
 its own depth's loss) and Eq. 22 (W(l) receives Σ_{j≥l} α(j)∇L(j)) are exactly what backprop gives,
@@ -64,17 +67,24 @@ class MultiDepthNetwork:
     def __init__(self, n_features: int, config: OAHUConfig, device: torch.device | str = "cpu"):
         self.n_features = n_features
         self.config = config
-        L, H, E = config.n_hidden_layers, config.hidden_width, config.embedding_dim
+        L, H = config.n_hidden_layers, config.hidden_width
+        E = config.embedding_dim or n_features
+        self.embedding_dim = E
         gen = torch.Generator().manual_seed(config.seed)
         # Initialised on the CPU from one seeded generator: the same seed gives the same network
         # on every device.
         self.weights = [self._init_matrix(H, n_features if l == 0 else H, gen) for l in range(L)]
         self.biases = [self._init_bias(H, n_features if l == 0 else H, gen) for l in range(L)]
-        self.head0 = self._init_matrix(E, n_features, gen) * config.head0_init_scale
+        if config.head0_init == "identity":
+            # The input's own (cosine) metric; rows beyond the input's dimension stay zero.
+            self.head0 = torch.eye(E, n_features) * config.head0_init_scale
+        else:
+            self.head0 = self._init_matrix(E, n_features, gen) * config.head0_init_scale
+        self.residual = config.residual_heads
         self.heads = (
-            torch.stack([self._init_matrix(E, H, gen) for _ in range(L)])
-            if L
-            else torch.zeros(0, E, H)
+            torch.zeros(L, E, H)
+            if self.residual or not L
+            else torch.stack([self._init_matrix(E, H, gen) for _ in range(L)])
         )
         self.to(device)
 
@@ -168,7 +178,10 @@ class MultiDepthNetwork:
         raw0 = (x @ head0.T)[None]
         if hidden:
             stacked = xp.stack(hidden)
-            raw = concat([raw0, stacked @ heads.swapaxes(1, 2)], axis=0)
+            deep = stacked @ heads.swapaxes(1, 2)
+            if self.residual:
+                deep += raw0
+            raw = concat([raw0, deep], axis=0)
         else:
             width = (0, x.shape[0], self.config.hidden_width)
             stacked = x.new_zeros(width) if xp is torch else np.zeros(width, x.dtype)
@@ -201,7 +214,10 @@ class MultiDepthNetwork:
         # f-term vanishes with it.)
         radial = (f * grad_embeddings).sum(-1)[..., None]
         grad_raw = (grad_embeddings - f * radial) / cache.norms
-        add_outer_(head0, grad_raw[0], cache.x, -lr)  # Eq. 21, l = 0
+        # Eq. 21, l = 0; with residual heads E0 also feeds every deeper depth, whose gradient
+        # reaches it through the skip.
+        grad_raw0 = grad_raw.sum(0) if self.residual else grad_raw[0]
+        add_outer_(head0, grad_raw0, cache.x, -lr)
         n_layers = len(weights)
         if not n_layers:
             return

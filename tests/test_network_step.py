@@ -1,4 +1,9 @@
-"""The parameter step (Eq. 21-22) against a hand computation and against autograd."""
+"""The parameter step (Eq. 21-22) against a hand computation and against autograd.
+
+These check the paper's algorithm, so every learner here is ``preset="paper"`` (ABTL, the
+α-weighted gradient, no residual heads, no replay or mining); oahu's default learner steps
+through the same code (tests/test_oahu_learner.py checks its modes).
+"""
 
 import math
 
@@ -18,7 +23,15 @@ def test_linear_head_step_by_hand() -> None:
     # ∂f_a: g(f_a − f_p)/D+ = g/√2·(1, −1), projected off f_a = (1, 0): (0, −g/√2)
     # ∂f_p: g/√2·(−1, 1), projected off f_p = (0, 1): (−g/√2, 0)
     # ∂Θ0 = Σ ∂raw ⊗ x = [[0, −g/√2], [−g/√2, 0]] → Θ0' = [[1, ηg/√2], [ηg/√2, 1]]
-    model = OAHU(2, n_hidden_layers=0, embedding_dim=2, tau=TAU, learning_rate=ETA, device="cpu")
+    model = OAHU(
+        2,
+        preset="paper",
+        n_hidden_layers=0,
+        embedding_dim=2,
+        tau=TAU,
+        learning_rate=ETA,
+        device="cpu",
+    )
     model.network.head0.copy_(torch.eye(2))
     a, p, n = np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), np.array([[-1.0, 0.0]])
     used = model.learn_triplets(a, p, n)
@@ -72,11 +85,12 @@ def _reference_step(model: OAHU, triplets: np.ndarray, per_depth: bool):
     return dict(zip(params, zip(*grads, strict=True), strict=True)), losses
 
 
-def _tiny_model(batch_size: int = 1) -> OAHU:
+def _tiny_model(batch_size: int = 1, preset: str | None = "paper") -> OAHU:
     # Seed chosen so that no ReLU unit is dead for these inputs (a dead unit makes D+ = 0 at
     # some depth, where autograd's norm gradient is 0/0 and ours is 0).
-    return OAHU(
+    model = OAHU(
         5,
+        preset=preset,
         n_hidden_layers=3,
         hidden_width=6,
         embedding_dim=3,
@@ -86,6 +100,9 @@ def _tiny_model(batch_size: int = 1) -> OAHU:
         seed=3,
         device="cpu",
     )
+    if model.needs_prepare:  # oahu's default projects onto principal axes fitted on items
+        model.prepare(np.random.default_rng(11).random((60, 5), dtype=np.float32))
+    return model
 
 
 def _triplets(n: int) -> np.ndarray:
@@ -160,11 +177,14 @@ def _on_torch_path(model: OAHU) -> OAHU:
     return model
 
 
+@pytest.mark.parametrize("preset", ["paper", None])
 @pytest.mark.parametrize("batch_size", [1, 3])
-def test_torch_path_equals_numpy_path(batch_size: int) -> None:
+def test_torch_path_equals_numpy_path(batch_size: int, preset: str | None) -> None:
     # On the CPU the step runs on numpy views; on a GPU the same code runs on torch tensors.
-    # This session's machine has no GPU, so the torch path is checked here, on the CPU.
-    host, device_like = _tiny_model(batch_size), _on_torch_path(_tiny_model(batch_size))
+    # This session's machine has no GPU, so the torch path is checked here, on the CPU, for the
+    # paper's algorithm and for oahu's default (margin loss, hedge on mistakes, replay, mining).
+    host = _tiny_model(batch_size, preset)
+    device_like = _on_torch_path(_tiny_model(batch_size, preset))
     trip = _triplets(12)  # more steps at η = 0.3 amplify float rounding beyond 1e-5
     used_host = host.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
     used_torch = device_like.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
@@ -173,4 +193,9 @@ def test_torch_path_equals_numpy_path(batch_size: int) -> None:
     for name, value in host.network.tensors().items():
         assert torch.allclose(value, device_like.network.tensors()[name], atol=1e-5), name
     assert np.allclose(host.alpha, device_like.alpha, atol=1e-6)
-    assert not np.allclose(host.alpha, 1.0 / host.n_depths)  # the hedge did move
+    if preset == "paper":
+        assert not np.allclose(host.alpha, 1.0 / host.n_depths)  # the hedge did move
+    else:  # every depth starts at E0's metric and ranks alike: α stays, the weights move
+        start = _tiny_model(batch_size, preset).network.tensors()
+        moved = [not torch.equal(v, start[k]) for k, v in host.network.tensors().items()]
+        assert all(moved)
