@@ -1,0 +1,357 @@
+"""What the stream has revealed about which items are similar, and triplets mined from it (ours).
+
+Every triplet (x, x+, x−) says that x and x+ are similar and that x and x− are not. Similarity is
+transitive and "dissimilar" carries over to whole groups of similar items (footnote 1 of the OAHU
+paper), so the constraints seen so far reveal far more than themselves: a union-find over items
+(a *component* is a set of items known to be pairwise similar) with *links* between components
+known to be dissimilar. :class:`ConstraintGraph` keeps that knowledge for the ``knowledge`` most
+recently mentioned items (a long stream's first items are forgotten first), holds a reservoir of
+``capacity`` of them with their preprocessed rows and latest embeddings, and mines triplets among
+the held ones (docs/algorithms.md, "Mining"):
+
+* an anchor drawn uniformly from the reservoir;
+* its *nearest* known-similar item (an easy positive: pulling a class's far-apart members together
+  is what over-fits a metric to the few items it has seen, while kNN only needs the near ones);
+* the nearest of ``candidates`` items drawn from the components known to be dissimilar to it (a
+  hard negative: an impostor among its neighbours, the constraint kNN error is made of).
+
+Items are recognised by their feature vectors: two constraints that mention the same row mean the
+same item (the learner sees features, not ids). Knowledge that contradicts what is already known
+(a pair declared similar whose components are linked, or dissimilar within one component, as a
+noisy annotator would produce) is not applied and is counted in ``contradictions``.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import torch
+
+_NO_COMPONENT = -1
+
+
+def row_keys(rows: np.ndarray) -> np.ndarray:
+    """A 64-bit key per float32 row (the last axis): equal rows get equal keys, and different
+    rows collide with probability about 2^-64 (a random linear hash of the rows' bits).
+
+    >>> rows = np.array([[1.0, 2.0], [1.0, 2.0], [2.0, 1.0]], dtype=np.float32)
+    >>> keys = row_keys(rows)
+    >>> bool(keys[0] == keys[1]), bool(keys[0] == keys[2])
+    (True, False)
+    """
+    bits = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    return (bits * _multipliers(bits.shape[-1])).sum(-1, dtype=np.uint64).view(np.int64)
+
+
+@functools.cache
+def _multipliers(width: int) -> np.ndarray:
+    # Fixed odd 64-bit multipliers: the same row gets the same key in every process and run.
+    draw = np.random.default_rng(0x0A40).integers(0, 2**63, size=width, dtype=np.uint64)
+    return draw * np.uint64(2) + np.uint64(1)
+
+
+class ConstraintGraph:
+    """Revealed similarity knowledge about up to ``knowledge`` items, a reservoir of ``capacity``
+    of them, and mining among those.
+
+    Parameters
+    ----------
+    capacity : items held with their rows and embeddings (reservoir sampling over every item
+        the stream mentions); mining draws from them.
+    n_features : width of the (preprocessed) rows.
+    n_depths, embedding_dim : shape of each item's cached embeddings, which mining ranks by.
+    rng : the learner's generator (one seeded sequence of draws per learner).
+    knowledge : items whose component is remembered (the least recently mentioned forgotten
+        first), so that similarity carries over through items that are not held.
+
+    Mining ranks by the embeddings' inner products, which orders them by distance because they
+    have unit norm (OAHU's do).
+
+    >>> rng = np.random.default_rng(0)
+    >>> graph = ConstraintGraph(capacity=8, n_features=1, n_depths=1, embedding_dim=1, rng=rng)
+    >>> rows = np.array([[[0.0], [0.1], [5.0]], [[0.1], [0.2], [5.1]]], dtype=np.float32)
+    >>> graph.observe(rows, embeddings=np.ones((1, 3, 2, 1), np.float32))
+    >>> graph.size, graph.n_components, graph.n_links  # {0, 0.1, 0.2}, {5}, {5.1}
+    (5, 3, 2)
+    >>> triplets, slots = graph.mine(4, alpha=np.ones(1), candidates=8)
+    >>> [float(v) < 1 for v in triplets[0, :, 0]]  # anchor, positive similar; negative not
+    [True, True, False]
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        n_features: int,
+        n_depths: int,
+        embedding_dim: int,
+        rng: np.random.Generator,
+        knowledge: int = 200_000,
+    ) -> None:
+        if capacity < 1 or knowledge < max(capacity, 3):
+            raise ValueError(
+                f"capacity: must be >= 1 and at most knowledge ({knowledge}, itself >= 3), "
+                f"got {capacity}"
+            )
+        self.capacity = capacity
+        self.knowledge = knowledge
+        self.rng = rng
+        # Knowledge: item key -> component id (resolved through ``parent``), oldest first.
+        self.known: dict[int, int] = {}
+        self.parent: dict[int, int] = {}  # union-find over component ids (roots absent)
+        self.count: dict[int, int] = {}  # root -> known items in it
+        self.links: dict[int, set[int]] = {}  # root -> roots known to be dissimilar
+        self.next_component = 0
+        self.contradictions = 0
+        # The held reservoir: rows, embeddings, and the root of each held item's component.
+        self.keys = np.zeros(capacity, dtype=np.int64)
+        self.component = np.full(capacity, _NO_COMPONENT, dtype=np.int64)
+        self.rows = np.zeros((capacity, n_features), dtype=np.float32)
+        self.embeddings = np.zeros((n_depths, capacity, embedding_dim), dtype=np.float32)
+        self.slot_of: dict[int, int] = {}
+        self.members: dict[int, int] = {}  # root -> held items in it
+        self.size = 0  # items held
+        self.seen = 0  # distinct items offered to the reservoir while not held
+        # Scratch flags by component id, all False between uses (see _linked_mask).
+        self._flags = np.zeros(1024, dtype=bool)
+
+    # ------------------------------------------------------------------ knowledge
+    @property
+    def n_components(self) -> int:
+        """Components with at least one held item."""
+        return len(self.members)
+
+    @property
+    def n_links(self) -> int:
+        """Pairs of components known to be dissimilar."""
+        return sum(len(v) for v in self.links.values()) // 2
+
+    def observe(self, triplets: np.ndarray, embeddings: np.ndarray) -> None:
+        """Learn what triplets (n, 3, d) reveal, in order, and hold their items (with their
+        embeddings, (n_depths, 3, n, E)) as reservoir sampling decides."""
+        keys = row_keys(triplets)
+        for i, (ka, kp, kn) in enumerate(keys.tolist()):
+            for key in (ka, kp, kn):  # may forget old items and renumber components
+                self._mention(key)
+            a, p, n = (self._find(self.known[key]) for key in (ka, kp, kn))
+            a = self._merge(a, p)
+            # similar(x, x+) and dissimilar(x, x−) give dissimilar(x+, x−) and more: the link
+            # joins whole components.
+            self._link(a, self._find(n))
+            for role, key in enumerate((ka, kp, kn)):
+                self._hold(key, triplets[i, role], embeddings[:, role, i])
+
+    def _find(self, component: int) -> int:
+        parent = self.parent
+        root = component
+        while root in parent:
+            root = parent[root]
+        while component != root:  # path compression
+            parent[component], component = root, parent[component]
+        return root
+
+    def _mention(self, key: int) -> None:
+        """Remember the item as the most recently mentioned (as a component of its own if it is
+        new), forgetting the least recently mentioned one if need be."""
+        component = self.known.pop(key, None)
+        if component is None:
+            component = self.next_component
+            self.next_component += 1
+            self.count[component] = 1
+        self.known[key] = component  # (re)inserted last
+        while len(self.known) > self.knowledge:
+            self._forget_oldest()
+        if len(self.parent) > 2 * self.knowledge:
+            self._compact()
+
+    def _forget_oldest(self) -> None:
+        key = next(iter(self.known))
+        component = self.known.pop(key)
+        if key in self.slot_of:  # held items stay known: mention it again instead
+            self.known[key] = component
+            return
+        root = self._find(component)
+        self.count[root] -= 1
+        if not self.count[root]:
+            del self.count[root]
+            for other in self.links.pop(root, ()):
+                self._unlink_one(other, root)
+
+    def _compact(self) -> None:
+        """Point every known item at its root and renumber the roots 0.. (amortised O(1))."""
+        roots = {key: self._find(c) for key, c in self.known.items()}
+        renumber = {root: i for i, root in enumerate(dict.fromkeys(roots.values()))}
+        self.known = {key: renumber[root] for key, root in roots.items()}
+        self.count = {renumber[r]: n for r, n in self.count.items()}
+        self.links = {
+            renumber[r]: {renumber[o] for o in linked} for r, linked in self.links.items()
+        }
+        self.members = {renumber[r]: n for r, n in self.members.items()}
+        held = self.component[: self.size]
+        held[:] = [renumber[r] for r in held.tolist()]
+        self.parent = {}
+        self.next_component = len(renumber)
+
+    def _hold(self, key: int, row: np.ndarray, embedding: np.ndarray) -> None:
+        """Cache the item's embedding if it is held, else place it if reservoir sampling says
+        so."""
+        slot = self.slot_of.get(key)
+        if slot is None:
+            self.seen += 1
+            if self.size < self.capacity:
+                slot = self.size
+                self.size += 1
+            else:
+                slot = int(self.rng.integers(0, self.seen))
+                if slot >= self.capacity:
+                    return
+                self._release(slot)
+            root = self._find(self.known[key])
+            self.keys[slot] = key
+            self.rows[slot] = row
+            self.component[slot] = root
+            self.members[root] = self.members.get(root, 0) + 1
+            self.slot_of[key] = slot
+        self.embeddings[:, slot] = embedding
+
+    def _release(self, slot: int) -> None:
+        """Stop holding the item in ``slot`` (it stays known)."""
+        del self.slot_of[int(self.keys[slot])]
+        root = int(self.component[slot])
+        self.component[slot] = _NO_COMPONENT
+        self.members[root] -= 1
+        if not self.members[root]:
+            del self.members[root]
+
+    def _unlink_one(self, component: int, other: int) -> None:
+        linked = self.links[component]
+        linked.discard(other)
+        if not linked:
+            del self.links[component]
+
+    def _merge(self, a: int, b: int) -> int:
+        """Join the components of roots ``a`` and ``b``; returns the joint root."""
+        if a == b:
+            return a
+        if b in self.links.get(a, ()):
+            self.contradictions += 1  # known dissimilar: keep what was known first
+            return a
+        if self.count[a] < self.count[b]:
+            a, b = b, a
+        self.parent[b] = a
+        self.count[a] += self.count.pop(b)
+        if b in self.members:
+            held = self.component[: self.size]
+            held[held == b] = a
+            self.members[a] = self.members.get(a, 0) + self.members.pop(b)
+        for other in self.links.pop(b, ()):
+            self._unlink_one(other, b)
+            self._link(a, other)
+        return a
+
+    def _link(self, a: int, b: int) -> None:
+        if a == b:
+            self.contradictions += 1  # known similar: keep what was known first
+            return
+        self.links.setdefault(a, set()).add(b)
+        self.links.setdefault(b, set()).add(a)
+
+    # ------------------------------------------------------------------ mining
+    def mine(self, k: int, alpha: np.ndarray, candidates: int) -> tuple[np.ndarray, np.ndarray]:
+        """Up to ``k`` triplets (n, 3, d) mined as the module describes, with their items' slots
+        (n, 3); distances are the α-weighted sums of the depths' squared distances between the
+        cached embeddings. Anchors without a known similar and a known dissimilar item are
+        skipped, so fewer (or none) may come back."""
+        width = self.rows.shape[1]
+        if k < 1 or self.size < 3 or not self.links:
+            return np.zeros((0, 3, width), np.float32), np.zeros((0, 3), np.int64)
+        held = self.component[: self.size]
+        found = []
+        for anchor in self.rng.integers(0, self.size, size=k).tolist():
+            own = int(held[anchor])
+            linked = self.links.get(own)
+            if not linked:
+                continue
+            positives = np.flatnonzero(held == own)
+            positives = positives[positives != anchor]
+            if not len(positives):
+                continue
+            negatives = np.flatnonzero(self._linked_mask(linked, held))
+            if not len(negatives):  # its known-dissimilar components are not held now
+                continue
+            if candidates and len(positives) > candidates:
+                positives = positives[self.rng.integers(0, len(positives), size=candidates)]
+            if candidates and len(negatives) > candidates:
+                negatives = negatives[self.rng.integers(0, len(negatives), size=candidates)]
+            found.append(
+                (
+                    anchor,
+                    positives[np.argmin(self._distances(anchor, positives, alpha))],
+                    negatives[np.argmin(self._distances(anchor, negatives, alpha))],
+                )
+            )
+        slots = np.asarray(found, dtype=np.int64).reshape(-1, 3)
+        return self.rows[slots], slots
+
+    def _linked_mask(self, linked: set[int], held: np.ndarray) -> np.ndarray:
+        """Which held items are in a component of ``linked``: O(len(linked) + size), where
+        ``np.isin`` would sort."""
+        if self.next_component > len(self._flags):
+            self._flags = np.zeros(2 * self.next_component, dtype=bool)
+        ids = np.fromiter(linked, np.int64, len(linked))
+        self._flags[ids] = True
+        mask = self._flags[held]
+        self._flags[ids] = False
+        return mask
+
+    def _distances(self, anchor: int, others: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+        """Σ_l α(l) D(l)² up to a constant: the embeddings have unit norm, so D(l)² =
+        2 − 2 f(l)·f(l)' and ranking by −Σ_l α(l) f(l)·f(l)' is ranking by distance."""
+        cached = self.embeddings
+        return -(alpha @ np.einsum("lne,le->ln", cached[:, others], cached[:, anchor]))
+
+    def refresh(self, slots: np.ndarray, embeddings: np.ndarray) -> None:
+        """Cache newer embeddings (n_depths, n, E) of held items ``slots`` (n,)."""
+        self.embeddings[:, slots] = embeddings
+
+    # ------------------------------------------------------------------ state
+    def get_state(self) -> dict[str, Any]:
+        self._compact()  # plain arrays: every known item at its root, roots numbered 0..
+        n = self.size
+        pairs = [(a, b) for a, linked in self.links.items() for b in linked if a < b]
+        return {
+            "known": torch.tensor(list(self.known.items()), dtype=torch.int64).reshape(-1, 2),
+            "links": torch.tensor(sorted(pairs), dtype=torch.int64).reshape(-1, 2),
+            "keys": torch.from_numpy(self.keys[:n].copy()),
+            "rows": torch.from_numpy(self.rows[:n].copy()),
+            "embeddings": torch.from_numpy(self.embeddings[:, :n].copy()),
+            "counters": [self.seen, self.contradictions],
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        n = len(state["keys"])
+        if n > self.capacity or tuple(state["rows"].shape[1:]) != self.rows.shape[1:]:
+            raise ValueError(
+                f"constraint graph: expected at most {self.capacity} items of width "
+                f"{self.rows.shape[1]}, got {tuple(state['rows'].shape)}"
+            )
+        self.known = {int(key): int(root) for key, root in state["known"].tolist()}
+        self.parent = {}
+        roots = list(self.known.values())
+        self.count = {}
+        for root in roots:
+            self.count[root] = self.count.get(root, 0) + 1
+        self.next_component = max(roots, default=-1) + 1
+        self.links = {}
+        for a, b in state["links"].tolist():
+            self._link(a, b)
+        self.size = n
+        self.keys[:n] = state["keys"].numpy()
+        self.rows[:n] = state["rows"].numpy()
+        self.embeddings[:, :n] = state["embeddings"].numpy()
+        self.slot_of = {int(key): slot for slot, key in enumerate(self.keys[:n].tolist())}
+        self.component[:n] = [self.known[key] for key in self.keys[:n].tolist()]
+        ids, counts = np.unique(self.component[:n], return_counts=True)
+        self.members = dict(zip(ids.tolist(), counts.tolist(), strict=True))
+        self.seen, self.contradictions = (int(v) for v in state["counters"])

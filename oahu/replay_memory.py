@@ -1,0 +1,86 @@
+"""A bounded reservoir of past triplets that OAHU's updates replay (ours, docs/algorithms.md).
+
+One pass over a stream sees each constraint once; an update that also learns a few constraints
+drawn from a uniform sample of the past (Vitter's reservoir sampling, "Algorithm R") gets more out
+of every label, at a memory cost fixed by ``capacity``, however long the stream runs. The triplets
+are kept as the preprocessed rows the learner trains on, so a replayed one costs no lookup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+
+class ReplayReservoir:
+    """A uniform sample of at most ``capacity`` of the triplets added so far.
+
+    ``rng`` is the learner's generator: sharing it keeps one seeded sequence of draws per
+    learner, so the same seed and stream give the same replays.
+
+    >>> rng = np.random.default_rng(0)
+    >>> memory = ReplayReservoir(capacity=2, n_features=1, rng=rng)
+    >>> memory.add(np.arange(9, dtype=np.float32).reshape(3, 3, 1))
+    >>> memory.size, memory.seen, memory.sample(4).shape
+    (2, 3, (4, 3, 1))
+    >>> ReplayReservoir(2, 1, rng).sample(4).shape  # nothing to replay yet
+    (0, 3, 1)
+    """
+
+    def __init__(self, capacity: int, n_features: int, rng: np.random.Generator) -> None:
+        if capacity < 1:
+            raise ValueError(f"capacity: must be >= 1, got {capacity}")
+        self.capacity = capacity
+        self.rng = rng
+        self.rows = np.zeros((capacity, 3, n_features), dtype=np.float32)
+        self.size = 0  # triplets held
+        self.seen = 0  # triplets ever offered
+
+    def add(self, triplets: np.ndarray) -> None:
+        """Offer triplets (n, 3, d) in stream order; each of the first ``capacity`` is kept, and
+        the i-th after them replaces a random held one with probability capacity / i."""
+        n = len(triplets)
+        if n == 1 and self.size == self.capacity:  # the strict step's case, without arrays
+            self.seen += 1
+            slot = int(self.rng.integers(0, self.seen))
+            if slot < self.capacity:
+                self.rows[slot] = triplets[0]
+            return
+        fill = min(n, self.capacity - self.size)
+        if fill:
+            self.rows[self.size : self.size + fill] = triplets[:fill]
+            self.size += fill
+        rest = triplets[fill:]
+        if len(rest):
+            positions = np.arange(self.seen + fill + 1, self.seen + n + 1)
+            slots = self.rng.integers(0, positions)
+            keep = slots < self.capacity
+            # Duplicate slots: numpy assigns in order, so the later triplet wins, as in sequence.
+            self.rows[slots[keep]] = rest[keep]
+        self.seen += n
+
+    def sample(self, k: int) -> np.ndarray:
+        """``k`` triplets drawn uniformly (with replacement) from the reservoir: (k, 3, d), or
+        (0, 3, d) while it is empty."""
+        if not self.size or k < 1:
+            return self.rows[:0]
+        return self.rows[self.rng.integers(0, self.size, size=k)]
+
+    def get_state(self) -> dict[str, Any]:
+        return {
+            "rows": torch.from_numpy(self.rows[: self.size].copy()),
+            "seen": self.seen,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        rows = state["rows"].numpy()
+        if rows.ndim != 3 or rows.shape[1:] != self.rows.shape[1:] or len(rows) > self.capacity:
+            raise ValueError(
+                f"replay memory: expected at most {self.capacity} rows of shape "
+                f"{self.rows.shape[1:]}, got {tuple(rows.shape)}"
+            )
+        self.size = len(rows)
+        self.rows[: self.size] = rows
+        self.seen = int(state["seen"])

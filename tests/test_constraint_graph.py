@@ -1,0 +1,123 @@
+"""The revealed constraint graph: transitive knowledge, bounded memory, mining, checkpoints."""
+
+import numpy as np
+import pytest
+
+from oahu.constraint_graph import ConstraintGraph, row_keys
+
+
+def graph(capacity: int = 64, seed: int = 0) -> ConstraintGraph:
+    return ConstraintGraph(capacity, 1, 1, 2, np.random.default_rng(seed))
+
+
+def observe(g: ConstraintGraph, *triplets: tuple[float, float, float]) -> None:
+    """Items are 1-d points v; their (unit, as OAHU's) embedding is the point at angle v/20, so
+    that embedding distances grow with |v − v'| over the values used here."""
+    rows = np.asarray(triplets, dtype=np.float32)[:, :, None]
+    angle = rows[:, :, 0].T / 20.0  # (3, n)
+    embeddings = np.stack([np.cos(angle), np.sin(angle)], axis=-1)[None]  # (1, 3, n, 2)
+    g.observe(rows, embeddings.astype(np.float32))
+
+
+def component(g: ConstraintGraph, value: float) -> int:
+    return int(g.component[g.slot_of[int(row_keys(np.float32([[value]]))[0])]])
+
+
+def test_similarity_is_transitive_and_dissimilarity_spreads_to_components() -> None:
+    g = graph()
+    observe(g, (1, 2, 10), (2, 3, 11), (20, 21, 3))
+    assert component(g, 1) == component(g, 2) == component(g, 3)
+    assert component(g, 20) == component(g, 21) != component(g, 1)
+    ones, tens, twenties = component(g, 1), component(g, 10), component(g, 20)
+    assert g.links[ones] == {tens, component(g, 11), twenties}
+    assert (g.size, g.n_components, g.n_links) == (7, 4, 3)
+
+
+def test_contradictions_are_counted_and_not_applied() -> None:
+    g = graph()
+    observe(g, (1, 2, 3), (1, 3, 4))  # says 1 ~ 3, but 3 was revealed dissimilar to 1's group
+    assert component(g, 1) != component(g, 3) and g.contradictions == 1
+    observe(g, (5, 6, 6))  # a triplet whose negative is its positive
+    assert g.contradictions == 2
+
+
+def test_mining_takes_the_nearest_known_positive_and_the_nearest_known_negative() -> None:
+    g = graph()
+    # Class "low" near 0 (one of them close to class "high"), class "high" near 10.
+    observe(g, (0.0, 0.5, 10.0), (0.5, 6.0, 10.5), (10.0, 9.0, 0.0), (9.0, 11.0, 6.0))
+    triplets, slots = g.mine(200, alpha=np.ones(1), candidates=64)
+    assert len(triplets) > 0 and np.array_equal(triplets[:, :, 0], g.rows[slots][:, :, 0])
+    anchors, positives, negatives = triplets[:, 0, 0], triplets[:, 1, 0], triplets[:, 2, 0]
+    low = anchors < 7
+    assert ((positives < 7) == low).all() and ((negatives < 7) != low).all()
+    # The nearest known negative of 0.5 is 9.0 (not 10 or 10.5); of 9.0 it is 6.0.
+    assert set(negatives[anchors == 0.5].tolist()) <= {9.0}
+    assert set(negatives[anchors == 9.0].tolist()) <= {6.0}
+    # The nearest known positive of 6.0 is 0.5.
+    assert set(positives[anchors == 6.0].tolist()) <= {0.5}
+
+
+def test_nothing_to_mine_without_positives_and_links() -> None:
+    g = graph()
+    assert g.mine(5, np.ones(1), 8)[0].shape == (0, 3, 1)
+    observe(g, (1, 2, 3))
+    assert len(g.mine(50, np.ones(1), 8)[0]) > 0  # 1 and 2 have each other and 3
+
+
+def test_memory_is_bounded_and_knowledge_outlives_the_reservoir() -> None:
+    g = ConstraintGraph(4, 1, 1, 2, np.random.default_rng(1), knowledge=16)
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        observe(g, tuple(rng.integers(0, 10_000, size=3).astype(float)))
+    assert g.size == 4 and len(g.slot_of) == 4
+    assert len(g.known) == 16 and sum(g.count.values()) == 16
+    # Held items are always known, and the links join components that are still known.
+    assert set(g.slot_of) <= set(g.known)
+    roots = {g._find(c) for c in g.known.values()}
+    assert set(g.links) <= roots and all(linked <= roots for linked in g.links.values())
+    # A chain of similar items joins one component although the reservoir holds few of them.
+    chain = ConstraintGraph(2, 1, 1, 2, np.random.default_rng(0), knowledge=100)
+    for v in range(30):
+        observe(chain, (float(v), float(v + 1), 1000.0 + v))
+    keys = row_keys(np.arange(31, dtype=np.float32)[:, None]).tolist()
+    assert len({chain._find(chain.known[key]) for key in keys}) == 1
+
+
+def test_the_least_recently_mentioned_items_are_forgotten_first() -> None:
+    g = ConstraintGraph(2, 1, 1, 2, np.random.default_rng(0), knowledge=6)
+    observe(g, (1, 2, 3), (4, 5, 6))
+    observe(g, (1, 7, 8))  # mentions 1 again: 2 and 3 are now the oldest
+    key = {v: int(row_keys(np.float32([[v]]))[0]) for v in range(1, 9)}
+    kept = set(g.known)
+    assert key[1] in kept and len(kept) == 6
+    forgotten = {v for v in (2, 3) if key[v] not in kept and key[v] not in g.slot_of}
+    assert forgotten  # 8 items mentioned, 6 remembered: the oldest not held went first
+
+
+def test_state_round_trip_mines_identically() -> None:
+    a = graph(capacity=32, seed=2)
+    rng = np.random.default_rng(5)
+    for _ in range(60):
+        observe(a, tuple(rng.integers(0, 40, size=3).astype(float)))
+    b = graph(capacity=32, seed=2)
+    b.set_state(a.get_state())
+    b.rng.bit_generator.state = a.rng.bit_generator.state
+    assert (b.size, b.n_components, b.n_links, b.contradictions) == (
+        a.size,
+        a.n_components,
+        a.n_links,
+        a.contradictions,
+    )
+    assert np.array_equal(a.mine(20, np.ones(1), 8)[1], b.mine(20, np.ones(1), 8)[1])
+
+
+def test_row_keys_are_stable_across_calls_and_processes() -> None:
+    rows = np.float32([[0.25, -1.5, 3.0]])
+    # Fixed multipliers: this value is the same in every process (a checkpoint relies on it).
+    assert row_keys(rows).tolist() == row_keys(rows.copy()).tolist()
+    assert row_keys(np.float32([[0.25, -1.5, 3.0]])).dtype == np.int64
+
+
+def test_capacity_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="capacity"):
+        graph(capacity=0)
