@@ -1,8 +1,16 @@
-"""OAHU's configuration: one typed place, with the paper's defaults.
+"""OAHU's configuration: one typed place, with our defaults and the paper's preset.
 
-``OAHUConfig()`` is the paper's setting (Section 4.3.2: L = 5, S_hidden = 100, S_emb = 50, β = 0.99,
-s = 0.1, η = 0.3, τ = 0.1). ``PRESETS`` names the settings the benchmarks use; benchmarks/README.md
-("Defaults and presets") has why each differs from the paper and what it was measured to do.
+``OAHUConfig()`` is oahu's default learner: OAHU's structure (one embedding head per depth of an
+MLP, hedge weights over depths, strict per-constraint updates) with the extensions that make it
+improve as constraints arrive (docs/algorithms.md, "OAHU's learning extensions (ours)"): a
+principal-axes input projection and an identity start, residual heads, the margin triplet loss,
+a hedge driven by prequential mistakes, a decaying step size, replay of past constraints and
+triplets mined from the revealed constraint graph.
+
+``PRESETS["paper"]`` is Section 4.3.2 of the paper as published (L = 5, S_hidden = 100,
+S_emb = 50, β = 0.99, s = 0.1, η = 0.3, τ = 0.1, ABTL, hedge on the training loss, no replay):
+it reproduces the paper's algorithm, and with it the collapse of its deep heads that
+benchmarks/README.md ("Defaults and presets") measures.
 """
 
 from __future__ import annotations
@@ -14,16 +22,23 @@ from typing import Any, Literal
 from oahu.preprocessing import parse_preprocess
 
 Init = Literal["kaiming", "orthogonal"]
+Loss = Literal["margin", "abtl"]
+HedgeSignal = Literal["mistakes", "loss"]
+DepthWeighting = Literal["uniform", "alpha"]
+Head0Init = Literal["identity", "random", "pca"]
 
 
 @dataclass(frozen=True)
 class OAHUConfig:
-    """Hyper-parameters of the OAHU learner.
+    """Hyper-parameters of the OAHU learner (defaults: ours; ``PRESETS["paper"]``: the paper's).
 
     >>> cfg = OAHUConfig()
-    >>> (cfg.n_hidden_layers, cfg.hidden_width, cfg.embedding_dim, cfg.beta, cfg.smoothing)
-    (5, 100, 50, 0.99, 0.1)
-    >>> cfg.n_depths
+    >>> (cfg.n_hidden_layers, cfg.hidden_width, cfg.loss, cfg.hedge_signal, cfg.preprocess)
+    (1, 128, 'margin', 'mistakes', 'pca:200')
+    >>> paper = PRESETS["paper"]
+    >>> (paper.n_hidden_layers, paper.hidden_width, paper.embedding_dim, paper.learning_rate)
+    (5, 100, 50, 0.3)
+    >>> paper.n_depths
     6
     >>> OAHUConfig(tau=0.9)
     Traceback (most recent call last):
@@ -31,24 +46,54 @@ class OAHUConfig:
     ValueError: tau: must be in (0, 2/3) (Section 3.5), got 0.9
     """
 
-    n_hidden_layers: int = 5  # L
-    hidden_width: int = 100  # S_hidden
-    embedding_dim: int = 50  # S_emb
+    n_hidden_layers: int = 1  # L
+    hidden_width: int = 128  # S_hidden
+    # S_emb; 0 = the dimension of the (preprocessed) input, which residual heads and an identity
+    # E0 need.
+    embedding_dim: int = 0
     beta: float = 0.99  # hedge discount β (Eq. 20)
     smoothing: float = 0.1  # s: α floor is s / (L + 1)
-    learning_rate: float = 0.3  # η (Eq. 21-22)
-    tau: float = 0.1  # τ, the ABTL bound width (Eq. 9-10)
+    learning_rate: float = 0.03  # η (Eq. 21-22)
+    # Step-size decay (ours): η_t = η / sqrt(1 + t / lr_decay) after t constraints; 0 = constant.
+    lr_decay: float = 10_000.0
+    # Per-depth loss: "margin" = max(0, D+ − D− + margin) (ours), "abtl" = Eq. 9-13.
+    loss: Loss = "margin"
+    margin: float = 0.05
+    tau: float = 0.1  # τ, the ABTL bound width (Eq. 9-10; loss="abtl" only)
+    # What the hedge (Eq. 20) discounts each depth by: "mistakes" = whether the depth ranked the
+    # new constraints wrongly before the update (ours), "loss" = its training loss (the paper).
+    hedge_signal: HedgeSignal = "mistakes"
+    # How each depth's loss enters the gradient: "alpha" = Σ α(l) L(l) (Eq. 21-22), "uniform" =
+    # the mean over depths (ours: every depth learns, whatever the hedge currently thinks of it).
+    depth_weighting: DepthWeighting = "uniform"
+    # Residual heads (ours): f(l) = normalize(E0 x + Θ(l) h(l)) with Θ(l) starting at zero, so
+    # every depth starts at E0's metric and learns a nonlinear correction of it.
+    residual_heads: bool = True
     batch_size: int = 1  # 1 = strict Algorithm 1; B > 1 = micro-batch
-    init: Init = "kaiming"  # weight initialisation of hidden layers and heads
+    init: Init = "orthogonal"  # weight initialisation of hidden layers (and non-residual heads)
     head0_init_scale: float = 1.0  # multiplies E0's initial weights
-    # "pca": ``prepare(X)`` sets E0 to the top principal axes of the (preprocessed, unlabelled)
-    # items it is given, so E0 starts as the cosine metric of their PCA projection; its other
-    # rows are zero and stay zero (ABTL's gradient on E0 lies in the span of its embeddings).
-    head0_init: Literal["random", "pca"] = "random"
-    # At most this many principal axes for head0_init="pca" (fewer if the items span fewer);
-    # 0 = embedding_dim.
+    # "identity": E0 starts as the identity, i.e. the (preprocessed) input's own cosine metric;
+    # "random": as the hidden layers; "pca": ``prepare(X)`` sets E0 to the top principal axes of
+    # the items it is given (its other rows are zero and stay zero under ABTL).
+    head0_init: Head0Init = "identity"
+    # At most this many principal axes for head0_init="pca"; 0 = embedding_dim.
     head0_components: int = 0
-    preprocess: str = "none"  # input preprocessing, see oahu.preprocessing
+    preprocess: str = "pca:200"  # input preprocessing, see oahu.preprocessing
+    # Replay (ours): each update also learns this many constraints drawn from a reservoir of
+    # ``replay_memory`` past ones (one pass over the stream, bounded memory).
+    replay: int = 1
+    replay_memory: int = 2000
+    # Mining (ours): each update also learns this many triplets mined from the constraint graph
+    # the stream has revealed, among a reservoir of ``item_memory`` items: a random anchor, its
+    # nearest known-similar item, and the nearest of ``mining_candidates`` known-dissimilar ones.
+    mined: int = 2
+    item_memory: int = 4096
+    mining_candidates: int = 128
+    # Items whose component the constraint graph remembers, so that similarity carries over
+    # through items that are not among the ``item_memory`` held for mining.
+    graph_memory: int = 200_000
+    # Constraints in the rolling prequential accuracy (docs/algorithms.md, "Prequential").
+    prequential_window: int = 1000
     # BLAS threads for learning steps on the CPU (0: the libraries' own setting). One by
     # default: a step's matrices are small, and the fork/join of every parallel region stalls
     # when another process holds a core (oahu/threads.py).
@@ -59,7 +104,12 @@ class OAHUConfig:
     def __post_init__(self) -> None:
         _check_int(self, "n_hidden_layers", 0)
         _check_int(self, "hidden_width", 1)
-        _check_int(self, "embedding_dim", 1)
+        _check_int(self, "embedding_dim", 0)
+        for field in ("replay", "mined", "mining_candidates"):
+            _check_int(self, field, 0)
+        for field in ("replay_memory", "item_memory", "prequential_window"):
+            _check_int(self, field, 1)
+        _check_int(self, "graph_memory", max(self.item_memory, 3))
         _check_int(self, "batch_size", 1)
         _check_int(self, "seed", 0)
         _check_int(self, "cpu_threads", 0)
@@ -71,13 +121,21 @@ class OAHUConfig:
             raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
         if not 0.0 < self.tau < 2.0 / 3.0:
             raise ValueError(f"tau: must be in (0, 2/3) (Section 3.5), got {self.tau}")
+        if not (isinstance(self.lr_decay, int | float) and self.lr_decay >= 0.0):
+            raise ValueError(f"lr_decay: must be a number >= 0, got {self.lr_decay!r}")
+        if not (isinstance(self.margin, int | float) and self.margin >= 0.0):
+            raise ValueError(f"margin: must be a number >= 0, got {self.margin!r}")
+        _check_choice(self, "loss", ("margin", "abtl"))
+        _check_choice(self, "hedge_signal", ("mistakes", "loss"))
+        _check_choice(self, "depth_weighting", ("uniform", "alpha"))
+        if not isinstance(self.residual_heads, bool):
+            raise ValueError(f"residual_heads: must be true or false, got {self.residual_heads!r}")
         if self.init not in ("kaiming", "orthogonal"):
             raise ValueError(f"init: must be 'kaiming' or 'orthogonal', got {self.init!r}")
         parse_preprocess(self.preprocess)
-        if self.head0_init not in ("random", "pca"):
-            raise ValueError(f"head0_init: must be 'random' or 'pca', got {self.head0_init!r}")
+        _check_choice(self, "head0_init", ("identity", "random", "pca"))
         _check_int(self, "head0_components", 0)
-        if self.head0_components > self.embedding_dim:
+        if self.embedding_dim and self.head0_components > self.embedding_dim:
             raise ValueError(
                 f"head0_components: must be <= embedding_dim ({self.embedding_dim}), "
                 f"got {self.head0_components}"
@@ -103,6 +161,12 @@ class OAHUConfig:
         return dataclasses.asdict(self)
 
 
+def _check_choice(cfg: OAHUConfig, field: str, choices: tuple[str, ...]) -> None:
+    value = getattr(cfg, field)
+    if value not in choices:
+        raise ValueError(f"{field}: must be one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
 def _check_int(cfg: OAHUConfig, field: str, minimum: int) -> None:
     value = getattr(cfg, field)
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
@@ -110,19 +174,21 @@ def _check_int(cfg: OAHUConfig, field: str, minimum: int) -> None:
 
 
 PRESETS: dict[str, OAHUConfig] = {
-    # Section 4.3.2 of the paper, as published.
-    "paper": OAHUConfig(),
-    # Centred inputs, E0 from the top 200 principal axes of the development items, one hidden
-    # layer as wide as the input with an orthogonal 784-d head, η = 0.003: what reaches the
-    # issue's Fashion-MNIST targets in one pass (benchmarks/README.md, "Defaults and presets").
-    "tuned": OAHUConfig(
-        n_hidden_layers=1,
-        hidden_width=784,
-        embedding_dim=784,
-        init="orthogonal",
-        head0_init="pca",
-        head0_components=200,
-        preprocess="center",
-        learning_rate=0.003,
+    # Section 4.3.2 of the paper, as published: Algorithm 1 exactly.
+    "paper": OAHUConfig(
+        n_hidden_layers=5,
+        hidden_width=100,
+        embedding_dim=50,
+        learning_rate=0.3,
+        lr_decay=0.0,
+        loss="abtl",
+        hedge_signal="loss",
+        depth_weighting="alpha",
+        residual_heads=False,
+        init="kaiming",
+        head0_init="random",
+        preprocess="none",
+        replay=0,
+        mined=0,
     ),
 }

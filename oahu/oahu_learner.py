@@ -1,20 +1,32 @@
-"""OAHU: Online metric learning with Adaptive Hedge Update (Algorithm 1 of the paper).
+"""OAHU: Online metric learning with Adaptive Hedge Update (Algorithm 1 of the paper), and the
+extensions that make oahu's default learner improve as constraints arrive.
 
-Per triplet (or micro-batch of triplets), in this order (docs/algorithms.md, "One update"):
+Per update, in this order (docs/algorithms.md, "One update"):
 
-1. embed the three items at every depth and compute the ABTL L(l) (Eq. 13) per depth;
-2. one gradient-descent step with rate η on Σ_l α(l)·L(l), α held constant (Eq. 21-22);
-3. the hedge step of Eq. 20 with the losses of step 1, then the floor s/(L+1) and renormalisation.
+1. the new triplet(s), plus ``replay`` triplets drawn from a reservoir of past ones and ``mined``
+   triplets mined from the revealed constraint graph (ours; none in the paper's preset), are
+   embedded at every depth and each depth's loss is computed: the margin loss (ours) or ABTL
+   (Eq. 13);
+2. before anything changes, each depth and the α-combined metric are scored on whether they
+   ranked the new triplet(s) right: the prequential accuracy (:mod:`oahu.prequential`);
+3. one gradient-descent step on the mean over triplets of the depths' losses, weighted by α
+   (Eq. 21-22) or uniformly (ours), with step size η or η/sqrt(1 + t/T) (ours);
+4. the hedge step of Eq. 20, discounting each depth by its training loss (the paper) or by its
+   prequential mistakes (ours), then the floor s/(L+1) and renormalisation;
+5. the new triplet(s) enter the replay reservoir and the constraint graph.
 
-Strict mode (``batch_size=1``) is Algorithm 1. Micro-batch mode takes B triplets per step, the
-batch-mean of Σα L as loss and the batch-mean per-depth losses for the hedge; with B = 1 it is the
-same code path as strict mode, so the two agree bit for bit.
+Strict mode (``batch_size=1``) updates after every constraint. Micro-batch mode takes B new
+triplets per step (the replayed and mined ones stay ``replay`` and ``mined`` per step); with
+B = 1 it is the same code path as strict mode, so the two agree bit for bit.
+``OAHU(preset="paper")`` is Algorithm 1 exactly: ABTL, α-weighted gradient, hedge on the loss,
+no replay or mining, constant η.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Literal
 
@@ -24,50 +36,83 @@ from sklearn.decomposition import PCA
 
 from oahu.arrays import concat, namespace, row_norms
 from oahu.config import PRESETS, OAHUConfig
+from oahu.constraint_graph import ConstraintGraph
 from oahu.device import resolve_device
 from oahu.hedge import hedge_update
 from oahu.learner import Capabilities, Diagnostic, Learner
-from oahu.loss import abtl_with_gradients
+from oahu.loss import abtl_with_gradients, margin_with_gradients
 from oahu.network import MultiDepthNetwork
+from oahu.prequential import PrequentialAccuracy
+from oahu.replay_memory import ReplayReservoir
 from oahu.threads import blas_threads
 
 SKIP_NON_FINITE_LOSS = "non_finite_loss"
 _EMBED_CHUNK = 8192
 _DIST_EPS = 1e-12
+# Seed tags: the network draws from torch's generator seeded with ``seed``; replay and mining draw
+# from a numpy generator seeded with [seed, _MEMORY_SEED], independent of it.
+_MEMORY_SEED = 0x4D45
 
 
 class OAHU(Learner):
-    """The OAHU learner: a multi-depth network, the ABTL and hedge weights over depths.
+    """The OAHU learner: a multi-depth network, a per-depth loss and hedge weights over depths.
 
     Parameters
     ----------
     n_features : input dimension d.
-    preset : a named configuration of :data:`oahu.config.PRESETS` (``"paper"``, ``"tuned"``);
-        None for the paper's defaults.
+    preset : a named configuration of :data:`oahu.config.PRESETS` (``"paper"``: the published
+        algorithm); None for oahu's defaults (:class:`OAHUConfig`).
     **fields : any field of :class:`OAHUConfig` (``hidden_width``, ``learning_rate``,
         ``batch_size``, ``device``, ...), overriding the preset's or the default value. They are
         the constructor's keyword parameters (``inspect.signature(OAHU)`` lists them), and
         ``get_params`` returns each as the learner uses it. :meth:`from_config` takes a whole
         :class:`OAHUConfig`.
 
+    The default preprocessing projects items onto their principal axes, fitted by ``prepare(X)``
+    on unlabelled items (the development split, the service's gallery) before the first
+    constraint.
+
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
-    >>> model = OAHU(n_features=8, hidden_width=16, embedding_dim=4, device="cpu")
+    >>> model = OAHU(n_features=8, hidden_width=16, device="cpu")
+    >>> model.prepare(rng.random((50, 8), dtype=np.float32))
     >>> a, p, n = rng.random((3, 20, 8), dtype=np.float32)
     >>> used = model.learn_triplets(a, p, n)
-    >>> int(used.sum()), model.updates, model.utilization
-    (20, 20, 1.0)
-    >>> model.embed(a).shape
-    (6, 20, 4)
-    >>> round(float(model.alpha.sum()), 6)
-    1.0
+    >>> model.updates, model.embed(a).shape
+    (20, (2, 20, 8))
+    >>> round(float(model.alpha.sum()), 6), 0.0 <= model.prequential.combined <= 1.0
+    (1.0, True)
+    >>> paper = OAHU(n_features=8, preset="paper", device="cpu")
+    >>> _ = paper.learn_triplets(a, p, n)
+    >>> paper.utilization, paper.embed(a).shape
+    (1.0, (6, 20, 50))
     """
 
     name = "oahu"
     capabilities: ClassVar[Capabilities] = Capabilities(
         constraint_kinds=("triplet",),
         diagnostics=(
-            Diagnostic("depth_loss", "Latest ABTL loss of each depth (Eq. 13).", per_depth=True),
+            Diagnostic(
+                "prequential_accuracy",
+                "Rolling share of new constraints the alpha-combined metric ranked right before "
+                "learning them.",
+            ),
+            Diagnostic(
+                "depth_prequential_accuracy",
+                "Rolling share of new constraints each depth ranked right before learning them.",
+                per_depth=True,
+            ),
+            Diagnostic("depth_loss", "Latest training loss of each depth.", per_depth=True),
+            Diagnostic("learning_rate", "Step size of the latest update."),
+            Diagnostic(
+                "graph_components",
+                "Components of known-similar items among the items held for mining.",
+            ),
+            Diagnostic(
+                "graph_contradictions",
+                "Constraints that contradicted what earlier ones revealed (not applied to the "
+                "graph).",
+            ),
         ),
     )
     metric = "l2"
@@ -83,8 +128,9 @@ class OAHU(Learner):
         self.config = config.replace(**fields) if fields else config
         super().__init__(n_features, preprocess=self.config.preprocess)
         self.device = resolve_device(self.config.device)
-        self.network = MultiDepthNetwork(n_features, self.config, self.device)
-        # Where the per-depth arithmetic (ABTL, gradient coefficients, hedge) runs: numpy views
+        width = self.input_scaler.n_outputs  # the network's input: d, or K with "pca:K"
+        self.network = MultiDepthNetwork(width, self.config, self.device)
+        # Where the per-depth arithmetic (loss, gradient coefficients, hedge) runs: numpy views
         # on the CPU, where its few dozen tiny operations cost a third of torch's dispatch;
         # torch on a GPU, so that nothing leaves the device. See oahu.arrays.
         self._on_host = self.device.type == "cpu"
@@ -92,6 +138,20 @@ class OAHU(Learner):
         self._alpha = self._small(torch.full((depths,), 1.0 / depths, device=self.device))
         self._last_losses = self._small(torch.zeros(depths, device=self.device))
         self._head0_prepared = self.config.head0_init != "pca"
+        self._rng = np.random.default_rng([self.config.seed, _MEMORY_SEED])
+        self._replay = ReplayReservoir(self.config.replay_memory, width, self._rng)
+        self._graph = ConstraintGraph(
+            self.config.item_memory,
+            width,
+            depths,
+            self.network.embedding_dim,
+            self._rng,
+            knowledge=self.config.graph_memory,
+        )
+        self.prequential = PrequentialAccuracy(depths, self.config.prequential_window)
+        self._learned = 0  # new (stream) triplets learned: t of the step-size decay
+        self._learning_rate = self.config.learning_rate
+        self._mistakes = self._last_losses  # the hedge's signal, set by each update
 
     # ---------------------------------------------------------------- interface
     @property
@@ -104,7 +164,8 @@ class OAHU(Learner):
 
     @property
     def last_losses(self) -> torch.Tensor:
-        """Batch-mean ABTL per depth at the last update (before its step), on the CPU."""
+        """Mean loss per depth of the new triplets at the last update (before its step), on the
+        CPU."""
         return self._as_tensor(self._last_losses).cpu()
 
     def _small(self, t: torch.Tensor) -> Any:
@@ -123,10 +184,17 @@ class OAHU(Learner):
         return self.preset if name == "preset" else getattr(self.config, name)
 
     def _diagnostics(self) -> dict[str, Any]:
-        return {"depth_loss": [float(v) for v in self.last_losses]}
+        return {
+            "prequential_accuracy": self.prequential.combined,
+            "depth_prequential_accuracy": self.prequential.per_depth,
+            "depth_loss": [float(v) for v in self.last_losses],
+            "learning_rate": float(self._learning_rate),
+            "graph_components": float(self._graph.n_components),
+            "graph_contradictions": float(self._graph.contradictions),
+        }
 
     def _embed(self, arr: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
-        out = np.empty((self.n_depths, len(arr), self.config.embedding_dim), dtype=np.float32)
+        out = np.empty((self.n_depths, len(arr), self.network.embedding_dim), dtype=np.float32)
         with torch.inference_mode():
             for start in range(0, len(arr), _EMBED_CHUNK):
                 chunk = torch.from_numpy(arr[start : start + _EMBED_CHUNK]).to(self.device)
@@ -137,10 +205,10 @@ class OAHU(Learner):
     def prepare(self, x: Any) -> None:
         """Fit input preprocessing on unlabelled items and, with ``head0_init="pca"``, set E0 to
         their top principal axes. Call it once, before the first constraint."""
-        if self.config.head0_init == "pca" and self.updates:
+        if self.updates:
             raise ValueError(
-                f"prepare: head0_init='pca' sets E0 before learning, but {self.updates} "
-                "updates were already made"
+                f"prepare: fits what learning starts from, but {self.updates} updates were "
+                "already made"
             )
         super().prepare(x)
 
@@ -148,7 +216,7 @@ class OAHU(Learner):
         if self.config.head0_init != "pca":
             return
         # At most as many axes as the items span (a preset serves 64-d digits and 784-d images).
-        k = min(self.config.head0_components or self.config.embedding_dim, *items.shape)
+        k = min(self.config.head0_components or self.network.embedding_dim, *items.shape)
         pca = PCA(n_components=k, svd_solver="covariance_eigh").fit(items)
         self.network.set_head0(pca.components_)
         self._head0_prepared = True
@@ -157,22 +225,26 @@ class OAHU(Learner):
     def needs_prepare(self) -> bool:
         return super().needs_prepare or not self._head0_prepared
 
+    def _learning_rows(self, x: np.ndarray) -> np.ndarray:
+        # Each update projects its own rows (InputScaler.project): the rounding of a projection
+        # depends on how many rows go through it at once, and a strict update always has the
+        # same three, so the model does not depend on how the stream was chunked.
+        return self.input_scaler.transform(x, defer_projection=True)
+
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
         if not self._head0_prepared:
             raise ValueError(
                 "head0_init: 'pca' takes E0 from items; call learner.prepare(X) with unlabelled "
                 "items (e.g. the development split) before the first constraint"
             )
-        triplets = np.stack([a, p, n], axis=1)  # (N, 3, d)
-        if not self._on_host:
-            triplets = torch.from_numpy(triplets).to(self.device)
+        triplets = np.stack([a, p, n], axis=1)  # (N, 3, d), before the projection
         used = np.zeros(len(triplets), dtype=bool)
         size = self.config.batch_size
         # Overflow is expected on hostile input and handled (the triplet is skipped and counted).
         with self._step_threads(), np.errstate(over="ignore", invalid="ignore"):
             for start in range(0, len(triplets), size):
                 block = triplets[start : start + size]
-                used[start : start + len(block)] = self._as_numpy(self._step(block))
+                used[start : start + len(block)] = self._step(block)
         return used
 
     def _step_threads(self) -> AbstractContextManager[Any]:
@@ -180,54 +252,120 @@ class OAHU(Learner):
         threads = self.config.cpu_threads if self._on_host and self.config.cpu_threads else None
         return blas_threads(threads)
 
-    def _step(self, block: Any) -> Any:
-        """One update on a block of triplets (B, 3, d); returns which changed the model.
+    def _step_size(self) -> float:
+        """η, or η / sqrt(1 + t / T) after t learned triplets with ``lr_decay`` T (ours)."""
+        decay = self.config.lr_decay
+        if not decay:
+            return self.config.learning_rate
+        return self.config.learning_rate / math.sqrt(1.0 + self._learned / decay)
 
-        ``block`` is a numpy array on the CPU and a tensor on a GPU; the arithmetic is the same
-        (:mod:`oahu.arrays`).
+    def _step(self, block: np.ndarray, extras: bool = True) -> np.ndarray:
+        """One update on a block of new triplets (B, 3, d), before their projection, plus, with
+        ``extras``, the replayed and mined ones; returns which of the new triplets changed the
+        model (a positive loss at some depth).
+
+        The rows are numpy on the host; on a GPU they go to the device for the network, and the
+        arithmetic is the same (:mod:`oahu.arrays`).
         """
-        n_triplets = block.shape[0]
+        n_new = block.shape[0]
+        new = self.input_scaler.project(block.reshape(3 * n_new, -1)).reshape(n_new, 3, -1)
+        parts, slots = [new], np.zeros((0, 3), np.int64)
+        if extras and self.config.replay:
+            parts.append(self._replay.sample(self.config.replay))
+        if extras and self.config.mined:
+            alpha = self._alpha if self._on_host else self.alpha
+            mined, slots = self._graph.mine(self.config.mined, alpha, self.config.mining_candidates)
+            parts.append(mined)
+        rows = concat(parts, axis=0) if len(parts) > 1 else new
+        n_rows = rows.shape[0]
         # Rows ordered [anchors; positives; negatives] so one forward pass embeds all of them.
-        rows = block.swapaxes(0, 1).reshape(3 * n_triplets, self.n_features)
-        cache = self.network.forward(rows)
-        f = cache.embeddings.reshape(self.n_depths, 3, n_triplets, -1)
-        # Both sides at once: [anchor − positive, anchor − negative], (L+1, 2, B, E).
+        x = rows.swapaxes(0, 1).reshape(3 * n_rows, -1)
+        if not self._on_host:
+            x = torch.from_numpy(x).to(self.device)
+        cache = self.network.forward(x)
+        f = cache.embeddings.reshape(self.n_depths, 3, n_rows, -1)
+        # Both sides at once: [anchor − positive, anchor − negative], (L+1, 2, T, E).
         diffs = f[:, :1] - f[:, 1:]
-        # Pre-update distances D_orig, (L+1, 2, B, 1).
+        # Pre-update distances D_orig, (L+1, 2, T, 1).
         dists = row_norms(diffs)
         xp = namespace(dists)
         d_pos, d_neg = dists[:, 0, :, 0], dists[:, 1, :, 0]
-        loss, g_pos, g_neg = abtl_with_gradients(d_pos, d_neg, self.config.tau)
+        if self.config.loss == "abtl":
+            loss, g_pos, g_neg = abtl_with_gradients(d_pos, d_neg, self.config.tau)
+        else:
+            loss, g_pos, g_neg = margin_with_gradients(d_pos, d_neg, self.config.margin)
         # An overflowing norm turns an embedding into a silent zero vector rather than a NaN, so
         # it is checked with the loss: either one makes the triplet unlearnable.
-        norms = cache.norms.reshape(self.n_depths, 3, n_triplets).sum((0, 1))
+        norms = cache.norms.reshape(self.n_depths, 3, n_rows).sum((0, 1))
         finite = xp.isfinite(loss.sum(0) + norms)
         if not bool(finite.all()):
-            return self._step_finite_only(block, finite)
-        # ∂(mean_b Σ_l α(l) L(l)_b)/∂D, times ∂D/∂f: the unit difference vectors.
-        scale = (self._alpha / n_triplets)[:, None, None, None]
-        coef = scale * xp.stack([g_pos, g_neg], 1)[..., None] / dists.clip(min=_DIST_EPS)
-        towards = coef * diffs  # on the anchor, from each side
-        grad = concat([towards.sum(1)[:, None], -towards], axis=1)
-        self.network.step(cache, grad.reshape(cache.embeddings.shape), self.config.learning_rate)
-        self._last_losses = loss.mean(1)
-        self._alpha = hedge_update(
-            self._alpha, self._last_losses, self.config.beta, self.config.smoothing
-        )
+            # Replayed and mined triplets were finite when they were stored; should one not be
+            # now, the update goes on without them rather than retrying.
+            return self._step_finite_only(block, self._as_numpy(finite[:n_new]))
+        self._record_prequential(d_pos[:, :n_new], d_neg[:, :n_new])
+        self._learning_rate = self._step_size()
+        # With the margin loss most triplets are inactive (zero loss, zero gradient); when all of
+        # them are, there is nothing to step (the paper's ABTL is never all zero).
+        if self.config.loss == "abtl" or bool(loss.any()):
+            # ∂(mean_t Σ_l w(l) L(l)_t)/∂D, times ∂D/∂f: the unit difference vectors.
+            weights = self._alpha if self.config.depth_weighting == "alpha" else 1.0 / self.n_depths
+            scale = (weights / n_rows) * xp.ones_like(self._alpha)
+            coef = scale[:, None, None, None] * xp.stack([g_pos, g_neg], 1)[..., None]
+            coef = coef / dists.clip(min=_DIST_EPS)
+            towards = coef * diffs  # on the anchor, from each side
+            grad = concat([towards.sum(1)[:, None], -towards], axis=1)
+            self.network.step(cache, grad.reshape(cache.embeddings.shape), self._learning_rate)
+        new_loss = loss[:, :n_new]
+        self._last_losses = new_loss.mean(1)
+        if self.config.hedge_signal == "loss":
+            self._alpha = hedge_update(
+                self._alpha, self._last_losses, self.config.beta, self.config.smoothing
+            )
+        elif bool(self._mistakes.any()):  # no depth erred: Eq. 20 leaves α as it is
+            self._alpha = hedge_update(
+                self._alpha, self._mistakes, self.config.beta, self.config.smoothing
+            )
         self.updates += 1
-        return (loss > 0).any(0)
+        self._learned += n_new
+        self._remember(new, f, slots)
+        return self._as_numpy((new_loss > 0).any(0))
 
-    def _step_finite_only(self, block: Any, finite: Any) -> Any:
+    def _record_prequential(self, d_pos: Any, d_neg: Any) -> None:
+        """Score the new triplets before the update: each depth, and Σ_l α(l) D(l) (Eq. 26)."""
+        correct = d_pos < d_neg  # (L+1, B)
+        combined = (self._alpha[:, None] * (d_neg - d_pos)).sum(0) > 0
+        # The hedge's signal with hedge_signal="mistakes": each depth's share of wrong rankings
+        # (float32, like α, so that the step's arithmetic stays in float32).
+        if self._on_host:
+            self._mistakes = 1.0 - correct.mean(1, dtype=np.float32)
+        else:
+            self._mistakes = 1.0 - correct.float().mean(1)
+        self.prequential.update(self._as_numpy(correct).T, self._as_numpy(combined))
+
+    def _remember(self, block: np.ndarray, f: Any, slots: np.ndarray) -> None:
+        """Keep the new triplets for replay and mining, with this step's embeddings (L+1, 3, T,
+        E) of them, and refresh the cached embeddings of the mined ones (the last rows)."""
+        if self.config.replay:
+            self._replay.add(block)
+        if not self.config.mined:
+            return
+        embeddings = self._as_numpy(f)
+        self._graph.observe(block, embeddings[:, :, : len(block)])
+        mined = embeddings[:, :, embeddings.shape[2] - len(slots) :]  # (L+1, 3, q, E)
+        for role in range(3):
+            self._graph.refresh(slots[:, role], mined[:, role])
+
+    def _step_finite_only(self, block: np.ndarray, finite: np.ndarray) -> np.ndarray:
         """A non-finite loss never reaches the weights: learn from the rest, count the others."""
         used = np.zeros(len(finite), dtype=bool)
         self.skipped[SKIP_NON_FINITE_LOSS] += int((~finite).sum())
         if finite.any():
-            used[self._as_numpy(finite)] = self._as_numpy(self._step(block[finite]))
+            used[finite] = self._step(block[finite], extras=False)
         return used
 
     @staticmethod
     def _as_numpy(a: Any) -> np.ndarray:
-        return a.cpu().numpy() if isinstance(a, torch.Tensor) else a
+        return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
 
     # ---------------------------------------------------------------- state
     def _get_state(self) -> dict[str, Any]:
@@ -236,6 +374,11 @@ class OAHU(Learner):
             "alpha": self._as_tensor(self._alpha).detach().cpu().clone(),
             "last_losses": self.last_losses.clone(),
             "head0_prepared": self._head0_prepared,
+            "learned": self._learned,
+            "rng": _rng_state(self._rng),
+            "replay": self._replay.get_state(),
+            "graph": self._graph.get_state(),
+            "prequential": self.prequential.get_state(),
         }
 
     def _set_state(self, state: dict[str, Any]) -> None:
@@ -246,6 +389,39 @@ class OAHU(Learner):
         self._alpha = self._small(alpha.to(self.device, torch.float32).clone())
         self._last_losses = self._small(state["last_losses"].to(self.device, torch.float32).clone())
         self._head0_prepared = bool(state.get("head0_prepared", True))
+        # Checkpoints of the first release hold none of what follows: they start empty.
+        self._learned = int(state.get("learned", self.constraints_learned))
+        self._learning_rate = self._step_size()
+        if "rng" in state:
+            self._rng.bit_generator.state = _rng_from_state(state["rng"])
+        if "replay" in state:
+            self._replay.set_state(state["replay"])
+        if "graph" in state:
+            self._graph.set_state(state["graph"])
+        if "prequential" in state:
+            self.prequential.set_state(state["prequential"])
+
+
+def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
+    """A numpy generator's state as checkpointable plain values (its 128-bit integers as
+    strings, which ``torch.load(weights_only=True)`` reads back)."""
+    state = rng.bit_generator.state
+    return {
+        "bit_generator": state["bit_generator"],
+        "state": str(state["state"]["state"]),
+        "inc": str(state["state"]["inc"]),
+        "has_uint32": int(state["has_uint32"]),
+        "uinteger": int(state["uinteger"]),
+    }
+
+
+def _rng_from_state(saved: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "bit_generator": saved["bit_generator"],
+        "state": {"state": int(saved["state"]), "inc": int(saved["inc"])},
+        "has_uint32": saved["has_uint32"],
+        "uinteger": saved["uinteger"],
+    }
 
 
 _CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(OAHUConfig)}

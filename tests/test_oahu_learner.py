@@ -1,4 +1,7 @@
-"""OAHU as a learner: modes, determinism, checkpoints and bad input."""
+"""OAHU as a learner: modes, determinism, checkpoints and bad input, for the paper's algorithm and
+for oahu's default learner (replay, mining, prequential accuracy, the step-size decay)."""
+
+import math
 
 import numpy as np
 import pytest
@@ -9,12 +12,22 @@ from oahu.oahu_learner import OAHU
 from oahu.persistence import load_learner, save_learner
 
 D = 12
+ITEMS = np.random.default_rng(7).random((200, D), dtype=np.float32)  # unlabelled, for prepare
+KINDS = ("paper", "default")
 
 
-def small(**kw) -> OAHU:
-    params = dict(hidden_width=16, embedding_dim=6, device="cpu")
+def small(kind: str = "default", **kw) -> OAHU:
+    """A small learner of either kind, prepared on ``ITEMS`` (which the default one needs)."""
+    if kind == "paper":
+        params = dict(preset="paper", hidden_width=16, embedding_dim=6, device="cpu")
+    else:
+        params = dict(hidden_width=16, preprocess="pca:8", item_memory=64, device="cpu")
+        params.update(replay_memory=32, margin=0.5)  # active constraints on random data
     params.update(kw)
-    return OAHU(D, **params)
+    model = OAHU(D, **params)
+    if model.needs_prepare:
+        model.prepare(ITEMS)
+    return model
 
 
 @pytest.fixture
@@ -22,10 +35,19 @@ def triplets() -> np.ndarray:
     return np.random.default_rng(0).random((40, 3, D), dtype=np.float32)
 
 
-def assert_same_state(a: OAHU, b: OAHU) -> None:
+def learn(model: OAHU, t: np.ndarray) -> np.ndarray:
+    return model.learn_triplets(t[:, 0], t[:, 1], t[:, 2])
+
+
+def assert_same_model(a: OAHU, b: OAHU) -> None:
     for (name, x), y in zip(a.network.tensors().items(), b.network.tensors().values(), strict=True):
         assert torch.equal(x, y), name
     assert np.array_equal(a.alpha, b.alpha)
+    assert a.diagnostics() == b.diagnostics()
+
+
+def assert_same_state(a: OAHU, b: OAHU) -> None:
+    assert_same_model(a, b)
     assert (a.updates, a.constraints_seen, a.constraints_used) == (
         b.updates,
         b.constraints_seen,
@@ -33,47 +55,54 @@ def assert_same_state(a: OAHU, b: OAHU) -> None:
     )
 
 
-def test_strict_one_call_equals_one_triplet_per_call(triplets) -> None:
-    together, one_by_one = small(), small()
-    together.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+@pytest.mark.parametrize("kind", KINDS)
+def test_strict_one_call_equals_one_triplet_per_call(kind, triplets) -> None:
+    together, one_by_one = small(kind), small(kind)
+    learn(together, triplets)
     for t in triplets:
         one_by_one.learn_triplets(t[0], t[1], t[2])
     assert_same_state(together, one_by_one)
     assert together.updates == len(triplets)
 
 
-def test_micro_batch_of_one_equals_strict_bit_for_bit(triplets) -> None:
-    strict = small()  # the default config is strict Algorithm 1
+@pytest.mark.parametrize("kind", KINDS)
+def test_micro_batch_of_one_equals_strict_bit_for_bit(kind, triplets) -> None:
+    strict = small(kind)  # both configurations are strict by default
     assert strict.config.batch_size == 1
-    config = OAHUConfig(hidden_width=16, embedding_dim=6, device="cpu", batch_size=1)
-    micro = OAHU.from_config(D, config)
-    strict.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    micro = small(kind, batch_size=1)
+    learn(strict, triplets)
     for start in range(0, len(triplets), 7):  # arbitrary chunking of the stream
-        chunk = triplets[start : start + 7]
-        micro.learn_triplets(chunk[:, 0], chunk[:, 1], chunk[:, 2])
+        learn(micro, triplets[start : start + 7])
     assert_same_state(strict, micro)
 
 
-def test_micro_batch_takes_one_update_per_batch(triplets) -> None:
-    model = small(batch_size=16)
-    used = model.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+@pytest.mark.parametrize("kind", KINDS)
+def test_micro_batch_takes_one_update_per_batch(kind, triplets) -> None:
+    model = small(kind, batch_size=16)
+    used = learn(model, triplets)
     assert model.updates == 3  # 16 + 16 + 8
-    assert used.all() and model.utilization == 1.0
     assert model.alpha.sum() == pytest.approx(1.0)
+    assert model.prequential.seen == len(triplets)  # every new triplet is scored, batched or not
+    if kind == "paper":
+        assert used.all() and model.utilization == 1.0  # ABTL: every triplet is active
 
 
-def test_same_seed_same_model_different_seed_different_model(triplets) -> None:
-    a, b, c = small(seed=5), small(seed=5), small(seed=6)
+@pytest.mark.parametrize("kind", KINDS)
+def test_same_seed_same_model_different_seed_different_model(kind, triplets) -> None:
+    a, b, c = small(kind, seed=5), small(kind, seed=5), small(kind, seed=6)
     for m in (a, b, c):
-        m.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+        learn(m, triplets)
     assert_same_state(a, b)
-    assert not torch.equal(a.network.head0, c.network.head0)
+    assert not torch.equal(a.network.weights[0], c.network.weights[0])
 
 
-def test_save_load_continues_exactly(tmp_path, triplets) -> None:
-    whole, first = small(seed=1), small(seed=1)
-    whole.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
-    first.learn_triplets(triplets[:20, 0], triplets[:20, 1], triplets[:20, 2])
+@pytest.mark.parametrize("kind", KINDS)
+def test_save_load_continues_exactly(kind, tmp_path, triplets) -> None:
+    # The default learner's replay reservoir, constraint graph, generator and prequential
+    # windows are part of its state: a restart continues as if it never stopped.
+    whole, first = small(kind, seed=1), small(kind, seed=1)
+    learn(whole, triplets)
+    learn(first, triplets[:20])
     path = tmp_path / "oahu.pt"
     save_learner(first, path, {"offset": 20})
     raw = torch.load(path, weights_only=True)  # no code runs when a checkpoint is opened
@@ -81,12 +110,13 @@ def test_save_load_continues_exactly(tmp_path, triplets) -> None:
     resumed, extra = load_learner(path)
     assert extra == {"offset": 20}
     assert resumed.config == first.config
-    resumed.learn_triplets(triplets[20:, 0], triplets[20:, 1], triplets[20:, 2])
+    learn(resumed, triplets[20:])
     assert_same_state(whole, resumed)
 
 
-def test_wrong_dimension_raises_naming_the_field() -> None:
-    model = small()
+@pytest.mark.parametrize("kind", KINDS)
+def test_wrong_dimension_raises_naming_the_field(kind) -> None:
+    model = small(kind)
     good = np.zeros((2, D), dtype=np.float32)
     with pytest.raises(ValueError, match=r"negatives: expected shape \(n, 12\)"):
         model.learn_triplets(good, good, np.zeros((2, D + 1)))
@@ -95,35 +125,47 @@ def test_wrong_dimension_raises_naming_the_field() -> None:
     assert model.constraints_seen == 0
 
 
-def test_non_finite_and_degenerate_triplets_are_skipped_and_counted(triplets) -> None:
-    model, clean = small(), small()
+@pytest.mark.parametrize("kind", KINDS)
+def test_non_finite_and_degenerate_triplets_are_skipped_and_counted(kind, triplets) -> None:
+    model, clean = small(kind), small(kind)
     a, p, n = (triplets[:6, i].copy() for i in range(3))
     a[1, 3] = np.nan
     p[2, 0] = np.inf
     n[4] = a[4]  # anchor identical to the negative
     before = {k: v.clone() for k, v in model.network.tensors().items()}
     used = model.learn_triplets(a, p, n)
-    assert used.tolist() == [True, False, False, True, False, True]
+    assert not used[[1, 2, 4]].any()
     assert model.skipped == {"non_finite": 2, "degenerate": 1}
     assert model.constraints_seen == 6 and model.constraints_learned == 3
-    assert model.utilization == 1.0
     # The skipped rows left no trace: same as learning the three good ones alone.
     keep = [0, 3, 5]
     clean.learn_triplets(a[keep], p[keep], n[keep])
-    for name, value in model.network.tensors().items():
-        assert torch.equal(value, clean.network.tensors()[name]), name
+    assert_same_model(model, clean)
     assert not torch.equal(before["head0"], model.network.head0)
 
 
-def test_non_finite_loss_never_reaches_the_weights(triplets) -> None:
-    model = small()
+@pytest.mark.parametrize("kind", KINDS)
+def test_non_finite_loss_never_reaches_the_weights(kind, triplets) -> None:
+    model = small(kind)
     a, p, n = (triplets[:3, i].copy() for i in range(3))
     a[1] = 3e38  # finite input whose embedding overflows
     used = model.learn_triplets(a, p, n)
-    assert used.tolist() == [True, False, True]
+    assert not used[1]
     assert model.skipped == {"non_finite_loss": 1}
     assert all(torch.isfinite(v).all() for v in model.network.tensors().values())
     assert np.isfinite(model.alpha).all()
+    # ... nor the memories that later updates learn from.
+    assert np.isfinite(model._replay.rows).all() and np.isfinite(model._graph.rows).all()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_embeddings_are_unit_vectors_per_depth(kind, triplets) -> None:
+    model = small(kind)
+    learn(model, triplets)
+    emb = model.embed(triplets[:, 0])
+    assert emb.shape == ((6, 40, 6) if kind == "paper" else (2, 40, 8))
+    assert emb.dtype == np.float32
+    assert np.allclose(np.linalg.norm(emb, axis=-1), 1.0, atol=1e-5)
 
 
 def test_config_errors_name_the_field() -> None:
@@ -135,20 +177,107 @@ def test_config_errors_name_the_field() -> None:
         OAHU(4, preset="nope")
     with pytest.raises(ValueError, match="n_features"):
         OAHU(0)
+    with pytest.raises(ValueError, match="loss: must be one of 'margin', 'abtl', got 'l2'"):
+        OAHU(4, loss="l2")
+    with pytest.raises(ValueError, match="replay: must be an integer >= 0, got -1"):
+        OAHU(4, replay=-1)
+    with pytest.raises(ValueError, match="item_memory: must be an integer >= 1, got 0"):
+        OAHU(4, item_memory=0)
 
 
-def test_paper_defaults() -> None:
-    cfg = OAHU(4).config
+def test_paper_preset_is_section_4_3_2() -> None:
+    model = OAHU(4, preset="paper")
+    cfg = model.config
     assert (cfg.n_hidden_layers, cfg.hidden_width, cfg.embedding_dim) == (5, 100, 50)
     assert (cfg.beta, cfg.smoothing, cfg.learning_rate, cfg.tau) == (0.99, 0.1, 0.3, 0.1)
-    assert OAHU(4).alpha.tolist() == pytest.approx([1 / 6] * 6)
+    assert (cfg.loss, cfg.hedge_signal, cfg.depth_weighting) == ("abtl", "loss", "alpha")
+    assert (cfg.replay, cfg.mined, cfg.lr_decay, cfg.residual_heads) == (0, 0, 0.0, False)
+    assert (cfg.preprocess, cfg.head0_init, cfg.init) == ("none", "random", "kaiming")
+    assert model.alpha.tolist() == pytest.approx([1 / 6] * 6)
+    assert not model.needs_prepare
 
 
-def test_embeddings_are_unit_vectors_per_depth(triplets) -> None:
+def test_default_is_ours() -> None:
+    model = OAHU(784)
+    cfg = model.config
+    assert cfg == OAHUConfig() and model.preset is None
+    assert (cfg.loss, cfg.hedge_signal, cfg.residual_heads, cfg.head0_init) == (
+        "margin",
+        "mistakes",
+        True,
+        "identity",
+    )
+    assert model.needs_prepare  # its principal-axes projection is fitted on unlabelled items
+    assert model.network.n_features == model.network.embedding_dim == 200
+    with pytest.raises(ValueError, match=r"call learner\.prepare\(X\)"):
+        model.learn_triplets(*np.random.default_rng(0).random((3, 1, 784), dtype=np.float32))
+
+
+def test_default_starts_as_the_cosine_metric_of_the_principal_axes(triplets) -> None:
+    # E0 = I on the projection and every residual head at zero: every depth is E0's metric.
     model = small()
     emb = model.embed(triplets[:, 0])
-    assert emb.shape == (6, 40, 6) and emb.dtype == np.float32
-    assert np.allclose(np.linalg.norm(emb, axis=-1), 1.0, atol=1e-5)
+    projected = model.input_scaler.transform(triplets[:, 0])
+    expected = projected / np.linalg.norm(projected, axis=1, keepdims=True)
+    for depth in emb:
+        assert np.allclose(depth, expected, atol=1e-6)
+
+
+def test_prequential_accuracy_scores_each_new_triplet_before_learning_it() -> None:
+    model = small(margin=0.05)
+    anchor = ITEMS[:1]
+    # The positive is the anchor itself, nudged: every depth ranks it right, whatever it learns.
+    right = model.learn_triplets(anchor, anchor + 1e-3, ITEMS[1:2])
+    assert model.prequential.per_depth == [1.0, 1.0] and model.prequential.combined == 1.0
+    # Swapped, the same triplet is ranked wrongly by every depth (it was not learned yet).
+    model.learn_triplets(anchor, ITEMS[1:2], anchor + 1e-3)
+    assert model.prequential.per_depth == [0.5, 0.5] and model.prequential.seen == 2
+    assert model.diagnostics()["prequential_accuracy"] == 0.5
+    assert not right.any()  # ranked right by more than the margin: inactive, nothing changed
+
+
+def test_hedge_discounts_the_depths_by_their_prequential_mistakes() -> None:
+    # All depths start identical (residual heads at zero), so they err together and the hedge
+    # keeps α uniform; the paper's hedge on the training loss moves it at once.
+    ours, paper = small(), small("paper")
+    t = np.random.default_rng(1).random((3, 5, D), dtype=np.float32)
+    ours.learn_triplets(*t[:, :1])
+    paper.learn_triplets(*t[:, :1])
+    assert ours.alpha.tolist() == pytest.approx([1 / 2] * 2)
+    assert not np.allclose(paper.alpha, 1 / 6)
+    # A mistake of one depth alone costs it a factor β (Eq. 20 with L_min = 0).
+    ours._alpha = np.float32([1 / 2] * 2)
+    mistakes = np.float32([1.0, 0.0])
+    from oahu.hedge import hedge_update
+
+    after = hedge_update(ours._alpha, mistakes, ours.config.beta, ours.config.smoothing)
+    assert after[0] / after[1] == pytest.approx(ours.config.beta)
+
+
+def test_step_size_decays_with_the_triplets_learned(triplets) -> None:
+    model = small(learning_rate=0.04, lr_decay=10.0)
+    learn(model, triplets[:30])
+    # The 30th update used η / sqrt(1 + 29 / T).
+    assert model.diagnostics()["learning_rate"] == pytest.approx(0.04 / math.sqrt(1 + 29 / 10))
+    assert small(lr_decay=0.0).config.lr_decay == 0.0
+
+
+def test_replay_and_mining_remember_the_stream_within_their_bounds(triplets) -> None:
+    model = small(replay_memory=16, item_memory=32)
+    for _ in range(3):
+        learn(model, triplets)
+    assert model._replay.size == 16 and model._replay.seen == 120
+    assert model._graph.size == 32  # 120 distinct items offered, 32 held
+    quiet = small(replay=0, mined=0)
+    learn(quiet, triplets)
+    assert quiet._replay.size == 0 and quiet._graph.size == 0
+
+
+def test_replay_and_mining_change_what_is_learned(triplets) -> None:
+    plain, full = small(replay=0, mined=0), small()
+    learn(plain, triplets)
+    learn(full, triplets)
+    assert not torch.equal(plain.network.head0, full.network.head0)
 
 
 def test_pca_head0_starts_as_the_principal_axes_and_its_zero_rows_stay_zero(triplets) -> None:
@@ -159,13 +288,22 @@ def test_pca_head0_starts_as_the_principal_axes_and_its_zero_rows_stay_zero(trip
     latent = rng.standard_normal((500, 3))
     latent = np.linalg.qr(latent - latent.mean(0))[0] * np.sqrt(500)
     items = (latent * [3.0, 2.0, 1.0]) @ axes + 0.5
-    model = small(head0_init="pca", head0_components=3, preprocess="center")
+    model = OAHU(
+        D,
+        preset="paper",
+        hidden_width=16,
+        embedding_dim=6,
+        device="cpu",
+        head0_init="pca",
+        head0_components=3,
+        preprocess="center",
+    )
     model.prepare(items.astype(np.float32))
     head0 = model.network.head0.numpy().astype(np.float64)
     # Each of the first three rows is one axis, in order of variance (up to sign).
     assert np.abs(np.abs(head0[:3] @ axes.T) - np.eye(3)).max() < 1e-3
     assert np.count_nonzero(head0[3:]) == 0
-    model.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    learn(model, triplets)
     assert model.updates == len(triplets)
     after = model.network.head0.numpy()
     assert not np.array_equal(after[:3], head0[:3])  # E0 learned ...
@@ -173,49 +311,48 @@ def test_pca_head0_starts_as_the_principal_axes_and_its_zero_rows_stay_zero(trip
 
 
 def test_pca_head0_takes_at_most_the_axes_the_items_span() -> None:
-    model = small(head0_init="pca")  # 0 components = embedding_dim = 6
+    model = OAHU(D, preset="paper", hidden_width=16, embedding_dim=6, head0_init="pca")
     model.prepare(np.random.default_rng(0).random((4, D), dtype=np.float32))
     assert np.count_nonzero(np.abs(model.network.head0.numpy()).sum(1)) == 4
 
 
-def test_pca_head0_refuses_to_reinitialise_a_trained_model(triplets) -> None:
-    model = small(head0_init="pca")
-    model.prepare(triplets[:, 0])
-    model.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
-    with pytest.raises(ValueError, match="prepare: head0_init='pca' sets E0 before learning"):
+def test_prepare_refuses_to_reinitialise_a_trained_model(triplets) -> None:
+    model = small()
+    learn(model, triplets)
+    with pytest.raises(ValueError, match="prepare: fits what learning starts from"):
         model.prepare(triplets[:, 0])
     with pytest.raises(ValueError, match="head0_components: must be <= embedding_dim"):
-        small(head0_init="pca", head0_components=7)
-    with pytest.raises(ValueError, match="head0_init: must be 'random' or 'pca', got 'svd'"):
+        small("paper", head0_init="pca", head0_components=7)
+    with pytest.raises(ValueError, match=r"head0_init: must be one of .*got 'svd'"):
         small(head0_init="svd")
 
 
 def test_pca_head0_must_be_prepared_before_learning_and_survives_a_checkpoint(
     tmp_path, triplets
 ) -> None:
-    model = small(head0_init="pca")
+    model = OAHU(D, preset="paper", hidden_width=16, embedding_dim=6, head0_init="pca")
     assert model.needs_prepare
     with pytest.raises(ValueError, match=r"call learner\.prepare"):
-        model.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+        learn(model, triplets)
     assert model.updates == 0
     model.prepare(triplets[:, 0])
     assert not model.needs_prepare
-    model.learn_triplets(triplets[:5, 0], triplets[:5, 1], triplets[:5, 2])
+    learn(model, triplets[:5])
     save_learner(model, tmp_path / "m.pt")
     restored, _ = load_learner(tmp_path / "m.pt")
     assert not restored.needs_prepare
     for learner in (model, restored):
-        learner.learn_triplets(triplets[5:, 0], triplets[5:, 1], triplets[5:, 2])
+        learn(learner, triplets[5:])
     assert_same_state(model, restored)
 
 
 def test_parameters_are_a_preset_and_the_config_fields() -> None:
-    model = OAHU(D, preset="tuned", learning_rate=0.01, device="cpu")
-    assert model.config == PRESETS["tuned"].replace(learning_rate=0.01, device="cpu")
+    model = OAHU(D, preset="paper", learning_rate=0.01, device="cpu")
+    assert model.config == PRESETS["paper"].replace(learning_rate=0.01, device="cpu")
     params = model.get_params()
     assert (params["preset"], params["hidden_width"], params["learning_rate"]) == (
-        "tuned",
-        784,
+        "paper",
+        100,
         0.01,
     )
     assert OAHU(D, **params).config == model.config  # what rebuilding a checkpoint does

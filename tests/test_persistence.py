@@ -62,19 +62,65 @@ def test_a_first_release_lego_checkpoint_loads(tmp_path):
     np.testing.assert_array_equal(restored.metric_matrix, lego.metric_matrix)
 
 
-def test_a_first_release_oahu_checkpoint_loads(tmp_path):
-    """Then OAHU's params were its whole config, without a preset."""
-    model = OAHU(
-        4, preset="tuned", hidden_width=8, embedding_dim=4, head0_components=2, device="cpu"
-    )
-    model.prepare(np.random.default_rng(1).normal(size=(30, 4)))
+# OAHUConfig's fields before oahu's own default learner (issue 8), in three eras of checkpoints:
+# the first release's whole config, then with preprocessing, then with a PCA-initialised E0.
+_FIRST = ("n_hidden_layers", "hidden_width", "embedding_dim", "beta", "smoothing")
+_FIRST += ("learning_rate", "tau", "batch_size", "init", "head0_init_scale", "seed", "device")
+OLD_FIELDS = {
+    "first release": _FIRST,
+    "preprocess": (*_FIRST, "preprocess", "cpu_threads"),
+    "head0 from PCA": (*_FIRST, "preprocess", "cpu_threads", "head0_init", "head0_components"),
+}
+
+
+def paper_era_oahu(fields: tuple[str, ...]) -> tuple[OAHU, np.ndarray]:
+    """A small OAHU as the paper's algorithm was before issue 8 (with the old defaults of the
+    fields its era lacked), trained a little, and the rest of its triplet stream."""
+    params = {"hidden_width": 8, "embedding_dim": 4, "device": "cpu"}
+    if "head0_init" in fields:  # the 'tuned' preset's kind of E0 and input
+        params.update(head0_init="pca", head0_components=2, preprocess="center")
+        params.update(init="orthogonal", learning_rate=0.003)
+    model = OAHU(4, preset="paper", **params)
+    rng = np.random.default_rng(1)
+    if model.needs_prepare:
+        model.prepare(rng.normal(size=(30, 4)))
+    stream = rng.normal(size=(40, 3, 4))
+    model.learn_triplets(*stream[:20].transpose(1, 0, 2))
+    return model, stream[20:]
+
+
+@pytest.mark.parametrize("era", list(OLD_FIELDS))
+@pytest.mark.parametrize("preset", ["absent", None, "tuned"])
+def test_a_checkpoint_of_the_paper_era_loads_as_the_paper_algorithm(tmp_path, era, preset):
+    """Until issue 8 every OAHU ran the paper's algorithm, and its params were its whole config
+    of the time (first without a preset, then with None or 'tuned', a preset since removed):
+    the fields it predates take the paper's values, not the new defaults."""
+    model, rest = paper_era_oahu(OLD_FIELDS[era])
     state = model.get_state()
-    state["params"] = model.config.to_dict()
+    state["params"] = {name: getattr(model.config, name) for name in OLD_FIELDS[era]}
+    if preset != "absent":
+        state["params"]["preset"] = preset
+    for added in ("learned", "rng", "replay", "graph", "prequential"):  # not saved then
+        del state["model"][added]
     torch.save({"format_version": 1, "state": state, "extra": {}}, tmp_path / "old.pt")
     restored, _ = load_learner(tmp_path / "old.pt", device="cpu")
-    assert restored.config == model.config and restored.preset is None
+    assert restored.config == model.config and restored.preset == "paper"
     x = np.random.default_rng(2).normal(size=(3, 4)).astype(np.float32)
     np.testing.assert_array_equal(restored.embed(x), model.embed(x))
+    for learner in (model, restored):  # and it goes on learning as it did
+        learner.learn_triplets(*rest.transpose(1, 0, 2))
+    for name, value in model.network.tensors().items():
+        assert torch.equal(restored.network.tensors()[name], value), name
+    np.testing.assert_array_equal(restored.alpha, model.alpha)
+
+
+def test_a_checkpoint_of_the_default_learner_keeps_its_configuration(tmp_path):
+    model = OAHU(4, hidden_width=8, device="cpu")
+    model.prepare(np.random.default_rng(1).normal(size=(30, 4)))
+    save_learner(model, tmp_path / "new.pt")
+    restored, _ = load_learner(tmp_path / "new.pt")
+    assert restored.preset is None and restored.config == model.config
+    assert restored.config.loss == "margin" and restored.config.residual_heads
 
 
 def test_an_unknown_format_version_is_refused(tmp_path):
