@@ -3,6 +3,11 @@
 The development split is the kNN gallery and the test split the queries: error rate and macro-F1 of
 Eq. 23-25 classification, ROC AUC of the continuous verification score on a fixed sample of test
 pairs, and Recall@K (Section 4.5.2) retrieving within the test split with each query excluded.
+
+Two diagnostics per depth come with them, so that a head gone wrong shows: the error of each
+depth's kNN alone (``depth_error``), and the spread of each depth's gallery embeddings, the
+root-mean-square distance to their centroid (``depth_spread``; 0 for a head that maps everything
+to one point, about 1 for unit embeddings spread over the sphere).
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ class Evaluation:
     macro_f1: float
     auc: float
     recall_at: dict[int, float] = field(default_factory=dict)
+    depth_error: list[float] = field(default_factory=list)
+    depth_spread: list[float] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -77,13 +84,26 @@ def knn_classify(
     queries: np.ndarray,
     k: int = 5,
     index_kind: str = "exact",
+    per_depth: bool = False,
 ) -> Classification:
     """Eq. 23-25 kNN classification of embedded ``queries`` (n_depths, n, dim) against the
     gallery items ``gallery_x`` with labels ``gallery_y``: what :func:`evaluate` measures, and
     what ``/v1/classify`` answers from a snapshot of the same learner and gallery."""
     gallery = learner.embed(gallery_x, role="gallery")
     index = make_index(index_kind, gallery, np.asarray(gallery_y), learner.metric)
-    return classify(index, queries, learner.alpha, k=k)
+    return classify(index, queries, learner.alpha, k=k, per_depth=per_depth)
+
+
+def embedding_spread(embeddings: np.ndarray) -> list[float]:
+    """Per depth, the root-mean-square distance of embeddings (n_depths, n, dim) to their
+    centroid.
+
+    >>> embedding_spread(np.array([[[1.0, 0.0], [-1.0, 0.0]], [[0.0, 1.0], [0.0, 1.0]]]))
+    [1.0, 0.0]
+    """
+    x = np.asarray(embeddings, dtype=np.float64)
+    centred = x - x.mean(axis=1, keepdims=True)
+    return [float(v) for v in np.sqrt((centred**2).sum(-1).mean(-1))]
 
 
 def evaluate(
@@ -118,7 +138,13 @@ def evaluate(
     queries = learner.embed(X[query_idx[subset]], role="query")
     query_labels = y[query_idx[subset]]
 
-    predicted = knn_classify(learner, X[gallery_idx], y[gallery_idx], queries, k, index_kind).labels
+    gallery = learner.embed(X[gallery_idx], role="gallery")
+    spread = embedding_spread(gallery)
+    index = make_index(index_kind, gallery, y[gallery_idx], learner.metric)
+    found_classes = classify(index, queries, alpha, k=k, per_depth=True)
+    del index, gallery
+    predicted = found_classes.labels
+    depth_error = [float(np.mean(labels != query_labels)) for labels in found_classes.depth_labels]
     error = float(np.mean(predicted != query_labels))
     macro_f1 = float(f1_score(query_labels, predicted, average="macro"))
 
@@ -135,4 +161,11 @@ def evaluate(
     test_index = make_index(index_kind, test_gallery, test_labels, learner.metric)
     found = retrieve(test_index, queries, alpha, k=max(recall_ks), exclude=subset).positions
     retrieved_labels = np.where(found >= 0, test_labels[np.maximum(found, 0)], -1)
-    return Evaluation(error, macro_f1, auc, recall_at(retrieved_labels, query_labels, recall_ks))
+    return Evaluation(
+        error,
+        macro_f1,
+        auc,
+        recall_at(retrieved_labels, query_labels, recall_ks),
+        depth_error,
+        spread,
+    )

@@ -8,7 +8,8 @@ constraint, or one micro-batch, at a time).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 from tqdm import tqdm
@@ -23,6 +24,9 @@ CHUNK = 1024  # constraints materialised as features at a time
 class ReplayStats:
     constraints: int  # constraints offered to the learner
     seconds: float  # wall time spent learning (feature gathering included)
+    # [constraints seen, rolling prequential accuracy] after each chunk, for a learner that
+    # reports ``prequential_accuracy`` (docs/algorithms.md, "Prequential accuracy").
+    prequential: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def constraints_per_s(self) -> float:
@@ -30,34 +34,66 @@ class ReplayStats:
 
 
 def replay(
-    learner: Learner, stream: ConstraintStream, progress: bool = False, chunk: int = CHUNK
+    learner: Learner,
+    stream: ConstraintStream,
+    progress: bool = False,
+    chunk: int = CHUNK,
+    checkpoints: Sequence[int] = (),
+    at_checkpoint: Callable[[int], None] | None = None,
 ) -> ReplayStats:
     """Train ``learner`` on ``stream`` in order; returns how many constraints and how long.
 
+    ``at_checkpoint(n)`` is called after the first n constraints for each n of ``checkpoints``
+    (a learning curve in one pass: e.g. evaluate there); its time is not counted as learning.
     A learner that builds its own constraints from samples (OPML, Section 4.1 of the paper)
     instead makes its one pass over the stream's development items, in the stream's (seeded)
     split order.
     """
     if learner.capabilities.learns_samples:
         x, y = stream.X[stream.dev_idx], stream.y[stream.dev_idx]
-        started = time.perf_counter()
-        for start in tqdm(range(0, len(x), chunk), disable=not progress, unit="chunk"):
-            learner.learn_samples(x[start : start + chunk], y[start : start + chunk])
-        return ReplayStats(len(x), time.perf_counter() - started)
-    if not learner.capabilities.learns(stream.kind):
-        kind = learner.capabilities.protocol_kind
-        raise ValueError(
-            f"stream: {learner.name!r} learns from {kind}s, but this stream holds "
-            f"{stream.kind}s; build a {kind} stream (oahu make-stream --kind {kind})"
-        )
-    started = time.perf_counter()
-    with tqdm(total=len(stream), disable=not progress, unit="constraint", smoothing=0.1) as bar:
-        for start in range(0, len(stream), chunk):
-            stop = min(start + chunk, len(stream))
+
+        def learn(start: int, stop: int) -> None:
+            learner.learn_samples(x[start:stop], y[start:stop])
+
+        total = len(x)
+    else:
+        if not learner.capabilities.learns(stream.kind):
+            kind = learner.capabilities.protocol_kind
+            raise ValueError(
+                f"stream: {learner.name!r} learns from {kind}s, but this stream holds "
+                f"{stream.kind}s; build a {kind} stream (oahu make-stream --kind {kind})"
+            )
+
+        def learn(start: int, stop: int) -> None:
             similar = None if stream.similar is None else stream.similar[start:stop]
             learner.learn(stream.kind, stream.features(start, stop), similar)
-            bar.update(stop - start)
-    return ReplayStats(len(stream), time.perf_counter() - started)
+
+        total = len(stream)
+    tracks_prequential = any(
+        d.name == "prequential_accuracy" for d in learner.capabilities.diagnostics
+    )
+    pending = sorted({int(n) for n in checkpoints if 0 <= int(n) <= total})
+    curve: list[tuple[int, float]] = []
+    seconds = 0.0
+    done = 0
+    with tqdm(total=total, disable=not progress, unit="constraint", smoothing=0.1) as bar:
+        while True:
+            while pending and pending[0] <= done:
+                if at_checkpoint is not None:
+                    at_checkpoint(pending.pop(0))
+                else:
+                    pending.pop(0)
+            if done >= total:
+                break
+            stop = min(done + chunk, total, *(pending[:1] or [total]))
+            started = time.perf_counter()
+            learn(done, stop)
+            seconds += time.perf_counter() - started
+            bar.update(stop - done)
+            done = stop
+            if tracks_prequential:
+                curve.append((done, float(learner.diagnostics()["prequential_accuracy"])))
+    return ReplayStats(total, seconds, curve)
 
 
 def stream_kind_for(learner: Learner) -> str:

@@ -5,6 +5,10 @@ import json
 import pytest
 
 from oahu.cli.main import main
+from oahu.config import OAHUConfig
+from oahu.evaluation import evaluate
+from oahu.oahu_learner import OAHU
+from oahu.streams import build_stream
 
 EUCLIDEAN_ERROR_SEED0 = 13 / 898  # measured: 13 of 898 test items misclassified by Euclidean 5-NN
 
@@ -39,36 +43,73 @@ def test_euclidean_floor(capsys) -> None:
     assert report["alpha"] == [1.0]
 
 
-def test_oahu_tuned_beats_euclidean_on_digits(capsys) -> None:
-    report = replay_json(
-        capsys, "--learner", "oahu", "--preset", "tuned", "--constraints", "3000", "--device", "cpu"
-    )
-    # Measured: 12 of 898 (0.0134) against Euclidean's 13 of 898 on this split.
-    assert report["error"] < EUCLIDEAN_ERROR_SEED0
-    assert report["macro_f1"] > 0.98
-    assert report["utilization"] == 1.0
-    assert report["constraints"] == 3000
-    assert set(report) >= {
-        "error",
-        "macro_f1",
-        "utilization",
-        "auc",
-        "recall_at",
-        "triplets_per_s",
-        "alpha",
-        "constraints",
-        "seed",
-    }
+REPORT_KEYS = {  # what scripts outside the project read (issue 8, "Contract")
+    "error",
+    "macro_f1",
+    "utilization",
+    "auc",
+    "recall_at",
+    "triplets_per_s",
+    "alpha",
+    "constraints",
+    "seed",
+    "prequential",
+    "depth_error",
+    "depth_spread",
+}
+
+
+def start_error_seed0() -> float:
+    """The default learner's error before any constraint (the cosine metric of the development
+    split's principal axes) on the seed-0 split of ``replay_json``."""
+    stream = build_stream("digits", n_constraints=10, seed=0)
+    start = OAHU(stream.X.shape[1], device="cpu")
+    start.prepare(stream.X[stream.dev_idx])
+    return evaluate(start, stream.X, stream.y, stream.dev_idx, stream.test_idx, n_pairs=10).error
+
+
+def test_oahu_default_learns_on_digits(capsys) -> None:
+    report = replay_json(capsys, "--learner", "oahu", "--constraints", "3000", "--device", "cpu")
+    # Measured on seed 0 (defaults of this writing): 12 of 898 (0.0134) after 3,000
+    # constraints; 10-12 of 898 with the learner's own seed set to 1-4 on the same split;
+    # Euclidean: 13 of 898; the learner's start: 11 of 898. Below Euclidean by one item is
+    # no margin, so what is asserted is what the issue asks of every point of the curve: never
+    # worse than its own start by more than 0.002, and so never worse than not learning.
+    assert report["error"] <= start_error_seed0() + 0.002
+    assert report["error"] <= EUCLIDEAN_ERROR_SEED0
+    assert report["macro_f1"] > 0.98  # measured 0.986
+    # The margin loss leaves the triplets already ranked right by the margin inactive, and on
+    # digits most are (measured U = 0.086); ABTL's U = 1 is the paper preset's (below).
+    assert 0.0 < report["utilization"] < 0.5
+    assert report["constraints"] == 3000 and report["seed"] == 0
+    assert set(report) >= REPORT_KEYS
     assert set(report["recall_at"]) == {"1", "2", "4", "8"}
-    assert len(report["alpha"]) == 2 and sum(report["alpha"]) == pytest.approx(1.0)
+    depths = OAHUConfig().n_depths
+    assert len(report["alpha"]) == depths and sum(report["alpha"]) == pytest.approx(1.0)
+    for per_depth in ("depth_error", "depth_spread"):
+        assert len(report[per_depth]) == depths
+    assert all(0.0 <= e <= 1.0 for e in report["depth_error"])
+    assert all(s > 0.5 for s in report["depth_spread"])  # no head collapsed (measured ≈ 1.0)
+    # The prequential curve: [constraints seen, rolling accuracy] after each chunk of 1,024.
+    curve = report["prequential"]
+    assert [n for n, _ in curve] == [1024, 2048, 3000]
+    for n, accuracy in curve:
+        assert isinstance(n, int) and isinstance(accuracy, float) and 0.0 <= accuracy <= 1.0
+    # It gets better as it learns (measured 0.931, 0.944, 0.965) ...
+    assert curve[-1][1] > curve[0][1]
+    assert report["diagnostics"]["prequential_accuracy"] == curve[-1][1]
 
 
-def test_paper_defaults_run_and_report(capsys) -> None:
-    report = replay_json(capsys, "--learner", "oahu", "--constraints", "500", "--device", "cpu")
+def test_paper_preset_runs_and_reports(capsys) -> None:
+    report = replay_json(
+        capsys, "--learner", "oahu", "--preset", "paper", "--constraints", "500", "--device", "cpu"
+    )
     assert len(report["alpha"]) == 6
     assert len(report["diagnostics"]["depth_loss"]) == 6  # what OAHU declares it reports
+    assert len(report["depth_error"]) == len(report["depth_spread"]) == 6
     assert 0.0 <= report["error"] <= 1.0
     assert report["utilization"] == 1.0  # ABTL: every triplet changes the model
+    assert set(report) >= REPORT_KEYS
 
 
 def test_oahu_rejects_a_pair_stream(tmp_path, capsys) -> None:

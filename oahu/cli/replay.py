@@ -69,8 +69,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--preset",
         choices=tuple(PRESETS),
         default=None,
-        help="OAHU only: a named configuration (paper = Section 4.3.2 as published; "
-        "default: the OAHUConfig defaults, which are the paper's)",
+        help="OAHU only: a named configuration (paper = Section 4.3.2 as published, whose "
+        "deep heads collapse; default: oahu's own learner, the OAHUConfig defaults)",
     )
     p.add_argument(
         "--device", default=None, help="OAHU only: auto, cpu, cuda or cuda:N (default: auto)"
@@ -194,6 +194,7 @@ def run(args: argparse.Namespace) -> int:
         "updates": learner.updates,
         "skipped": dict(learner.skipped),
         "diagnostics": learner.diagnostics(),
+        "prequential": [[n, accuracy] for n, accuracy in stats.prequential],
     }
     if args.json:
         json.dump(report, sys.stdout)

@@ -51,12 +51,29 @@ class Classification:
     labels: np.ndarray  # (Q,) predicted label per query
     classes: np.ndarray  # (C,) the gallery's classes, sorted
     scores: np.ndarray  # (Q, C) Eq. 25 class scores
+    # (D, Q) what each depth alone predicts (Eq. 23-25 with all of α on it), when asked for
+    depth_labels: np.ndarray | None = None
 
 
 def classify(
-    index: GalleryIndex, queries: np.ndarray, alpha: np.ndarray, k: int = 5
+    index: GalleryIndex,
+    queries: np.ndarray,
+    alpha: np.ndarray,
+    k: int = 5,
+    per_depth: bool = False,
 ) -> Classification:
-    """kNN classification of Eq. 23-25 over all depths (ties go to the smallest label)."""
+    """kNN classification of Eq. 23-25 over all depths (ties go to the smallest label); with
+    ``per_depth``, also each depth's own prediction from the same neighbours (which shows a head
+    that is worse than the others, e.g. a collapsed one).
+
+    >>> from oahu.inference import make_index
+    >>> gallery = np.array([[[0.0], [1.0], [10.0]], [[0.0], [9.0], [10.0]]], np.float32)
+    >>> index = make_index("exact", gallery, np.array([0, 0, 1]), "l2")
+    >>> result = classify(index, np.array([[[1.1]], [[9.1]]], np.float32), np.array([0.5, 0.5]),
+    ...                   k=1, per_depth=True)
+    >>> result.depth_labels.tolist()
+    [[0], [0]]
+    """
     if index.classes is None:
         raise ValueError("index: the gallery has no labels to classify with")
     dissim, pos = index.search(queries, k)
@@ -65,11 +82,22 @@ def classify(
     n_queries = queries.shape[1]
     neighbour_class = class_of_item[np.maximum(pos, 0)]
     query_of = np.broadcast_to(np.arange(n_queries)[None, :, None], pos.shape)
-    flat = (query_of * len(classes) + neighbour_class).ravel()
-    class_scores = np.bincount(
-        flat, weights=scores.ravel(), minlength=n_queries * len(classes)
-    ).reshape(n_queries, len(classes))
-    return Classification(classes[class_scores.argmax(axis=1)], classes, class_scores)
+    flat = (query_of * len(classes) + neighbour_class).reshape(len(pos), -1)
+
+    def predict(depth_scores: np.ndarray, depth_flat: np.ndarray) -> np.ndarray:
+        class_scores = np.bincount(
+            depth_flat.ravel(), weights=depth_scores.ravel(), minlength=n_queries * len(classes)
+        ).reshape(n_queries, len(classes))
+        return class_scores
+
+    class_scores = predict(scores, flat)
+    depth_labels = None
+    if per_depth:
+        alone = neighbour_scores(dissim, np.ones(len(pos)))
+        depth_labels = np.stack(
+            [classes[predict(alone[l], flat[l]).argmax(axis=1)] for l in range(len(pos))]
+        )
+    return Classification(classes[class_scores.argmax(axis=1)], classes, class_scores, depth_labels)
 
 
 @dataclass(frozen=True)
