@@ -60,9 +60,14 @@ class MetricTransformer(base.Transformer):
         The learner's registry name (``"oahu"``, ``"lego"``, ``"rdml"``, ``"opml"``,
         ``"euclidean"``; ``"oasis"`` learns a similarity, which has no Euclidean embedding).
     params
-        Its constructor parameters. Preprocessing fitted on items beforehand (``"center"``,
-        ``"standardize"``) and OAHU's PCA-initialised E0 need a batch of items, which a stream
-        item by item does not give: use :class:`oahu.MetricLearner`'s ``partial_fit`` there.
+        Its constructor parameters.
+    items
+        Unlabelled items (feature dicts) to prepare the learner on, for a learner that fits
+        something on items before it learns (``learner.needs_prepare``): OAHU's default
+        principal-axes projection, ``"center"`` or ``"standardize"`` preprocessing, a
+        PCA-initialised E0. A stream item by item does not give such a batch, so without
+        ``items`` such a learner is refused at the first item; OAHU learns without it with
+        ``params={"preprocess": "none"}`` (the cosine metric of the raw features as its start).
 
     Attributes
     ----------
@@ -71,9 +76,15 @@ class MetricTransformer(base.Transformer):
         order of that item's keys).
     """
 
-    def __init__(self, learner: str = "oahu", params: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        learner: str = "oahu",
+        params: dict[str, Any] | None = None,
+        items: list[Item] | None = None,
+    ) -> None:
         self.learner = learner
         self.params = params
+        self.items = items
         self.learner_: Learner | None = None
         self.features_: list[Hashable] = []
 
@@ -97,18 +108,27 @@ class MetricTransformer(base.Transformer):
         if self.learner_ is None:
             cls = learner_class(self.learner)
             learner = cls(n_features=len(item), **(self.params or {}))
-            if learner.needs_prepare:
-                raise ValueError(
-                    f"params: {learner!r} fits preprocessing or E0 on a batch of items before "
-                    "it learns, which a river stream does not give"
-                )
             if learner.metric != "l2":
                 raise ValueError(f"learner: {self.learner!r} learns a similarity, not a distance")
-            self.learner_, self.features_ = learner, list(item)
+            features = list(item)
+            if learner.needs_prepare:
+                if not self.items:
+                    raise ValueError(
+                        f"items: {learner!r} fits preprocessing or E0 on a batch of items "
+                        "before it learns, which a river stream does not give: pass unlabelled "
+                        "items=[...] to prepare it on (or, for OAHU, params={'preprocess': "
+                        "'none'})"
+                    )
+                learner.prepare(_rows(self.items, features, "items"))
+            self.learner_, self.features_ = learner, features
         return self.learner_
 
     def _rows(self, items: Any) -> np.ndarray:
-        try:
-            return np.array([[item[f] for f in self.features_] for item in items], np.float32)
-        except KeyError as missing:
-            raise ValueError(f"x: feature {missing} missing (features: {self.features_})") from None
+        return _rows(items, self.features_)
+
+
+def _rows(items: Any, features: list[Hashable], field: str = "x") -> np.ndarray:
+    try:
+        return np.array([[item[f] for f in features] for item in items], np.float32)
+    except KeyError as missing:
+        raise ValueError(f"{field}: feature {missing} missing (features: {features})") from None

@@ -47,7 +47,8 @@ class MetricLearner(TransformerMixin, BaseEstimator):
         The learner's registry name. ``"oasis"`` learns a similarity rather than a distance and
         has no Euclidean ``transform``; use it through :class:`oahu.OASIS`.
     params : dict or None, default=None
-        Its constructor parameters, e.g. ``{"preset": "tuned"}`` for OAHU.
+        Its constructor parameters, e.g. ``{"preset": "paper"}`` for OAHU as the paper
+        publishes it (by default, oahu's own learner).
     n_constraints : int, default=10_000
         How many constraints ``fit(X, y)`` (and each ``partial_fit(X, y)``) draws from the
         labels, at most as many distinct ones as they allow. A learner that builds its own

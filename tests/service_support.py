@@ -33,8 +33,12 @@ def make_stream(directory: Path, n: int, seed: int = 0, kind: str = "triplet") -
 def train_reference(
     stream: ConstraintStream, learner: str = "oahu", rows: Any = None, **params: Any
 ) -> Learner:
-    """The learner trained directly on the stream's constraints ``rows`` (all), in order."""
+    """The learner trained directly on the stream's constraints ``rows`` (all), in order,
+    prepared first where it needs it on what the service prepares it on: its gallery, the
+    stream's development items (as ``oahu replay`` does too)."""
     model = make_learner(learner, stream.n_features, **params)
+    if model.needs_prepare:
+        model.prepare(stream.X[stream.dev_idx])
     c = stream.constraints if rows is None else stream.constraints[rows]
     if stream.kind == "triplet":
         model.learn_triplets(stream.X[c[:, 0]], stream.X[c[:, 1]], stream.X[c[:, 2]])

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from river import neighbors
 
+from oahu.config import PRESETS, OAHUConfig
 from oahu.oahu_learner import OAHU
 from oahu.river_api import MetricTransformer, Pair, Triplet
 
@@ -19,18 +20,29 @@ def as_item(row: np.ndarray) -> dict[str, float]:
     return {f"f{i}": float(v) for i, v in enumerate(row)}
 
 
-def test_learn_one_equals_the_learner_on_the_same_triplets():
+ITEMS = np.random.default_rng(2).random((60, 5), dtype=np.float32)  # unlabelled, to prepare on
+
+
+@pytest.mark.parametrize("preset", [None, "paper"])
+def test_learn_one_equals_the_learner_on_the_same_triplets(preset):
+    """OAHU's default learner, prepared on unlabelled items first, and the paper's."""
     rng = np.random.default_rng(0)
     triplets = rng.random((40, 3, 5), dtype=np.float32)
-    metric = MetricTransformer("oahu", SMALL_OAHU)
+    params = {**SMALL_OAHU, "preset": preset}
+    metric = MetricTransformer("oahu", params, items=[as_item(x) for x in ITEMS])
     for a, p, n in triplets:
         metric.learn_one(Triplet(as_item(a), as_item(p), as_item(n)))
-    reference = OAHU(5, **SMALL_OAHU)
+    reference = OAHU(5, **params)
+    if reference.needs_prepare:
+        reference.prepare(ITEMS)
     reference.learn("triplet", triplets)
     assert metric.learner_.updates == reference.updates == 40
     np.testing.assert_array_equal(metric.learner_.alpha, reference.alpha)
+    for name, value in reference.network.tensors().items():
+        np.testing.assert_array_equal(metric.learner_.network.tensors()[name], value)
     point = metric.transform_one(as_item(triplets[0, 0]))
-    assert list(point) == list(range(6 * 4))  # (L + 1) depths of 4-d embeddings, side by side
+    depths = (PRESETS["paper"] if preset else OAHUConfig()).n_depths  # L + 1
+    assert list(point) == list(range(depths * 4))  # depths of 4-d embeddings, side by side
     np.testing.assert_array_equal(list(point.values()), reference.transform(triplets[0, 0])[0])
 
 
@@ -50,8 +62,11 @@ def test_pairs_and_a_river_pipeline():
 
 
 def test_what_a_stream_cannot_give_is_refused():
-    with pytest.raises(ValueError, match="fits preprocessing or E0 on a batch"):
-        MetricTransformer("oahu", {**SMALL_OAHU, "preprocess": "center"}).transform_one({"x": 1})
+    for params in (SMALL_OAHU, {**SMALL_OAHU, "preset": "paper", "preprocess": "center"}):
+        with pytest.raises(ValueError, match=r"fits preprocessing or E0 on a batch.*items="):
+            MetricTransformer("oahu", params).transform_one({"x": 1})
+    with pytest.raises(ValueError, match="items: feature 'y' missing"):
+        MetricTransformer("oahu", SMALL_OAHU, items=[{"x": 1.0}]).transform_one({"x": 1, "y": 2})
     with pytest.raises(ValueError, match="learns a similarity"):
         MetricTransformer("oasis", {"preprocess": "none"}).learn_one({"x": 1.0})
     metric = MetricTransformer("euclidean")

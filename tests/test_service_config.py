@@ -71,11 +71,22 @@ def test_file_then_env_then_flags(tmp_path: Path, suffix: str):
         ({"reindex_interval": 0.0}, "reindex_interval: must be > 0"),
         ({"max_batch_items": 0}, "max_batch_items: must be >= 1"),
         ({"index": "hnsw"}, "index: one of exact, flat, ivf, got 'hnsw'"),
+        ({"preset": "tuned"}, "preset: unknown 'tuned'; choose one of paper"),
+        ({"learner": "lego", "preset": "paper"}, "preset: only OAHU has presets, not 'lego'"),
     ],
 )
 def test_invalid_settings_name_the_field(changes: dict, message: str):
     with pytest.raises(ValueError, match=message):
         ServiceConfig(**changes)
+
+
+def test_a_preset_from_flag_or_env_reaches_the_learner_arguments():
+    """``oahu run --preset paper``: OAHU as the paper publishes it; no preset: oahu's own."""
+    assert ServiceConfig().learner_arguments() == {}
+    flag = resolve_config(parse(["--preset", "paper", "--learner-param", "seed=3"]), environ={})
+    env = resolve_config(parse([]), environ={"OAHU_PRESET": "paper"})
+    assert flag.preset == env.preset == "paper"
+    assert flag.learner_arguments() == {"seed": 3, "preset": "paper"}
 
 
 def test_bad_values_from_env_and_files_name_the_setting(tmp_path: Path):

@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import yaml
 
 from oahu.oahu_learner import OAHU
@@ -18,13 +19,17 @@ REPO = Path(__file__).resolve().parents[1]
 
 def exposed_metric_names() -> set[str]:
     """What the serving process's /metrics shows: its own and the learner process's metrics,
-    with OAHU (the default learner) declaring its per-depth loss."""
+    with the diagnostics OAHU (the default learner) declares, as a default OAHU reports them."""
     learning, metrics = LearningMetrics(OAHU.capabilities.diagnostics), ServiceMetrics()
     # labelled families show samples once they have a child
     learning.lag.labels(partition="0").set(0)
     learning.dead_letters.labels(reason="undecodable").inc()
     learning.skipped.labels(reason="degenerate").inc()
-    learning.set_diagnostics({"depth_loss": [0.5, 0.25]})
+    oahu = OAHU(4, hidden_width=8, device="cpu")
+    rng = np.random.default_rng(0)
+    oahu.prepare(rng.normal(size=(20, 4)))
+    oahu.learn_triplets(*rng.normal(size=(3, 5, 4)))
+    learning.set_diagnostics(oahu.diagnostics())
     metrics.request_seconds.labels(endpoint="/v1/classify", method="POST", status="200").observe(1)
     metrics.forward(learning.families())
     names = set()
@@ -51,6 +56,7 @@ def test_every_dashboard_query_uses_a_metric_the_service_exposes():
         "oahu_checkpoint_age_seconds", "oahu_checkpoint_duration_seconds_bucket",
         "oahu_gallery_items", "oahu_gallery_reindex_timestamp_seconds",
         "oahu_http_request_duration_seconds_bucket", "oahu_constraints_skipped_total",
+        "oahu_prequential_accuracy",  # what shows the model getting better (issue 8)
     }  # fmt: skip
     assert required <= used, required - used
 

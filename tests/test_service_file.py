@@ -17,6 +17,8 @@ from service_support import (
     wait_until,
 )
 
+from oahu.cli.main import main
+from oahu.config import OAHUConfig
 from oahu.connectors.dead_letter import read_dead_letters
 from oahu.connectors.messages import encode_stream
 from oahu.registry import LEARNER_NAMES, make_learner
@@ -132,21 +134,56 @@ def test_the_embedded_default_command(tmp_path: Path):
 
 
 def test_preprocessing_is_fitted_on_the_gallery_before_the_first_constraint(tmp_path: Path):
+    """The default OAHU projects items onto principal axes fitted on the gallery, once, before
+    it learns; the file source's gallery is the stream's development split."""
     stream_file = make_stream(tmp_path, 80, seed=4)
     stream = ConstraintStream.load(stream_file)
-    service = run_to_end(
-        stream_file,
-        tmp_path / "state",
-        learner="oahu",
-        learner_params={"preset": "tuned", "device": "cpu"},
-    )
+    service = run_to_end(stream_file, tmp_path / "state", learner_params={"device": "cpu"})
     saved, progress = read_checkpoint(checkpoint_path(tmp_path / "state"))
-    assert progress.consumed == 80 and saved.input_scaler.spec == "center"
-    # The file source's gallery is the stream's development split: the same statistics.
-    reference = make_learner("oahu", stream.n_features, preset="tuned", device="cpu")
+    assert progress.consumed == 80 and saved.input_scaler.spec == OAHUConfig().preprocess
+    reference = make_learner("oahu", stream.n_features, device="cpu")
+    assert reference.needs_prepare
     reference.prepare(stream.X[stream.dev_idx])
-    assert np.allclose(saved.input_scaler.mean, reference.input_scaler.mean, atol=1e-6)
+    for fitted in ("mean", "components"):  # the same statistics, from the same items
+        np.testing.assert_array_equal(
+            getattr(saved.input_scaler, fitted), getattr(reference.input_scaler, fitted)
+        )
     reference.learn_triplets(*stream.batch(0, len(stream)))
     probe = stream.X[stream.test_idx[:20]]
-    assert np.allclose(saved.embed(probe), reference.embed(probe), atol=1e-4)
+    np.testing.assert_allclose(saved.embed(probe), reference.embed(probe), atol=1e-6)
     assert service.status["updates"] == 80
+
+
+def test_a_preset_reaches_the_learner(tmp_path: Path):
+    """``oahu run --preset paper``: the paper's algorithm, as the same replay trains it."""
+    stream_file = make_stream(tmp_path, 60, seed=5)
+    service = run_to_end(stream_file, tmp_path / "state", preset="paper")
+    served = service.publisher.current.learner
+    assert served.preset == "paper" and served.config.loss == "abtl"
+    reference = train_reference(ConstraintStream.load(stream_file), preset="paper")
+    assert_same_model(served, reference)
+    assert served.utilization == 1.0  # ABTL: every triplet moves the model
+
+
+def test_a_learner_that_fits_on_items_needs_a_source_of_items(tmp_path: Path, capsys):
+    """A file of messages (like Kafka) brings no items: the default OAHU, which projects items
+    onto principal axes fitted on unlabelled ones, says what to give instead of failing later."""
+    stream_file = make_stream(tmp_path, 30, seed=6)
+    source = tmp_path / "messages.txt"
+    source.write_bytes(b"\n".join(encode_stream(stream_file, "json", inline=True)) + b"\n")
+    argv = ["run", "--source", source.as_uri(), "--n-features", "64", "--exit-at-end"]
+    argv += ["--checkpoint-dir", str(tmp_path / "refused"), "--http", f"127.0.0.1:{free_port()}"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "oahu run: error: oahu: fits its preprocessing ('pca:" in error
+    assert "give --gallery or --items" in error and "--preset paper" in error
+    # Items to fit on from --items (the gallery stays empty), or an OAHU that needs none.
+    stream = ConstraintStream.load(stream_file)
+    with_items = run_to_end(source, tmp_path / "items", items=str(stream_file), n_features=64)
+    assert with_items.catalog.gallery.snapshot()[1].shape[0] == 0
+    reference = make_learner("oahu", 64)
+    reference.prepare(stream.X)  # all the stream file's items, in their order
+    reference.learn_triplets(*stream.batch(0, len(stream)))
+    assert_same_model(with_items.publisher.current.learner, reference)
+    paper = run_to_end(source, tmp_path / "paper", preset="paper", n_features=64)
+    assert paper.status["updates"] == 30

@@ -28,6 +28,7 @@ from service_support import (
     wait_until,
 )
 
+from oahu.config import OAHUConfig
 from oahu.connectors.kafka_sink import KafkaSink
 from oahu.connectors.messages import encode_stream
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
@@ -113,8 +114,12 @@ def test_consumed_model_equals_the_replayed_model_and_metrics(kafka_bootstrap, t
     assert values["oahu_constraints_used_total"] / 800 == pytest.approx(
         values["oahu_constraint_utilization"]
     )
-    alpha = [values[f'oahu_hedge_weight{{depth="{d}"}}'] for d in range(6)]
-    assert sum(alpha) == pytest.approx(1.0) and min(alpha) >= 0.1 / 6 - 1e-9  # the α floor
+    config = OAHUConfig()  # the default OAHU's L + 1 depths
+    alpha = [values[f'oahu_hedge_weight{{depth="{d}"}}'] for d in range(config.n_depths)]
+    assert f'oahu_hedge_weight{{depth="{config.n_depths}"}}' not in values
+    floor = config.smoothing / config.n_depths  # the α floor
+    assert sum(alpha) == pytest.approx(1.0) and min(alpha) >= floor - 1e-9
+    assert 0.0 <= values["oahu_prequential_accuracy"] <= 1.0
     assert values["oahu_update_duration_seconds_count"] >= 1
     assert values["oahu_checkpoint_duration_seconds_count"] >= 1
     assert 0 <= values["oahu_checkpoint_age_seconds"] < 60

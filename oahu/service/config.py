@@ -60,6 +60,12 @@ class ServiceConfig:
     checkpoint_dir: str = _opt("oahu-state", "directory for checkpoints and service state", "DIR")
     http: str = _opt("127.0.0.1:8000", "address the HTTP API listens on", "HOST:PORT")
     learner: str = _opt("oahu", f"learner to train: {', '.join(LEARNER_NAMES)}", "NAME")
+    preset: str | None = _opt(
+        None,
+        "OAHU only: a named configuration, e.g. paper (the published algorithm, whose deep heads "
+        "collapse); default: oahu's own learner",
+        "NAME",
+    )
     learner_params: dict[str, Any] = field(
         default_factory=dict,
         metadata=_meta("learner constructor parameter (repeatable), e.g. batch_size=1"),
@@ -150,6 +156,15 @@ class ServiceConfig:
             raise ValueError(
                 f"learner: unknown name {self.learner!r}; choose one of {', '.join(LEARNER_NAMES)}"
             )
+        if self.preset is not None:
+            from oahu.config import PRESETS
+
+            if self.learner != "oahu":
+                raise ValueError(f"preset: only OAHU has presets, not {self.learner!r}")
+            if self.preset not in PRESETS:
+                raise ValueError(
+                    f"preset: unknown {self.preset!r}; choose one of {', '.join(PRESETS)}"
+                )
         from oahu.inference.index import INDEX_KINDS  # here: the learner process never needs it
 
         if self.index not in INDEX_KINDS:
@@ -172,6 +187,11 @@ class ServiceConfig:
                 )
 
     # ------------------------------------------------------------------ views
+    def learner_arguments(self) -> dict[str, Any]:
+        """The learner's constructor arguments: ``--learner-param`` settings and ``--preset``."""
+        preset = {} if self.preset is None else {"preset": self.preset}
+        return {**self.learner_params, **preset}
+
     @property
     def is_kafka(self) -> bool:
         return self.source is not None and self.source.startswith("kafka://")

@@ -25,7 +25,9 @@ def model_status(
 
     ``diagnostics`` holds what the learner declares it reports (``Learner.diagnostics``);
     ``depth_loss`` repeats OAHU's per-depth loss at the top level, where clients of the first
-    release read it (None for learners without one).
+    release read it, and ``prequential_accuracy`` OAHU's rolling prequential accuracy of the
+    α-combined metric, what an operator watches to see the model improve (None for learners
+    without them).
     """
     diagnostics = learner.diagnostics()
     return {
@@ -34,6 +36,7 @@ def model_status(
         "n_depths": learner.n_depths,
         "metric": learner.metric,
         "depth_loss": diagnostics.get("depth_loss"),
+        "prequential_accuracy": diagnostics.get("prequential_accuracy"),
         "diagnostics": diagnostics,
         "constraints_consumed": progress.consumed,
         "dead_letters": dict(progress.dead_letters),

@@ -58,11 +58,13 @@ def initial_items(config: ServiceConfig) -> tuple[ItemStore, ItemStore]:
     source (whose items the learner process's source hands out too; its development items are
     the default gallery)."""
     items = ItemStore.load(config.items) if config.items else ItemStore()
+    stream_file = None  # a file of messages carries no items, and so no gallery
     if not config.is_kafka:
         stream_items = FileSource(config.file_path()).items()
         if stream_items is not None:
             items.add(*stream_items)
-    gallery_file = config.gallery or (None if config.is_kafka else str(config.file_path()))
+            stream_file = str(config.file_path())
+    gallery_file = config.gallery or stream_file
     gallery = ItemStore.load(gallery_file, dev_only=True) if gallery_file else ItemStore()
     return items, gallery
 
@@ -133,7 +135,7 @@ class Service:
             raise ValueError(
                 "n_features: unknown input dimension; give --n-features, --items or --gallery"
             )
-        learner = make_learner(config.learner, n_features, **config.learner_params)
+        learner = make_learner(config.learner, n_features, **config.learner_arguments())
         if learner.needs_prepare:
             # Preprocessing statistics (and OAHU's PCA-initialised E0) come from unlabelled
             # items, once, before the first constraint; they are checkpointed from then on.
@@ -141,9 +143,12 @@ class Service:
             if len(x) == 0:
                 _, x, _ = self.catalog.items.snapshot()
             if len(x) == 0:
+                instead = " or --preset paper" if config.learner == "oahu" else ""
                 raise ValueError(
-                    f"{config.learner}: its preprocessing or initialisation is fitted on items; "
-                    "give --gallery or --items (or a stream file source)"
+                    f"{config.learner}: fits its preprocessing ({learner.preprocess!r}) or "
+                    "initialisation on unlabelled items before the first constraint, and this "
+                    "source brings none: give --gallery or --items (a stream file or an .npz of "
+                    f"items), or --learner-param preprocess=none{instead}"
                 )
             learner.prepare(x)
         return learner, Progress()
