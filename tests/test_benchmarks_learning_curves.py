@@ -1,0 +1,58 @@
+"""benchmarks/learning_curves.py: one pass per learner and seed, evaluated at each size, cached
+while the learner's parameters stay the same."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import learning_curves
+from benchmarks.learning_curves import aggregate, run_cached
+
+SIZES = [60, 200]
+
+
+@pytest.fixture(scope="module")
+def oahu_run(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("runs")
+    return runs, run_cached("digits", "oahu (default)", 0, SIZES, runs)
+
+
+def test_a_run_evaluates_the_learner_at_each_size_as_it_stands(oahu_run):
+    _, run = oahu_run
+    assert [p["constraints"] for p in run["points"]] == SIZES
+    for point in run["points"]:
+        assert 0.0 <= point["error"] <= 1.0 and 0.0 <= point["macro_f1"] <= 1.0
+        assert len(point["depth_error"]) == len(point["depth_spread"]) == 2  # L = 1: two depths
+        assert np.isclose(sum(point["alpha"]), 1.0)
+        assert 0.0 <= point["prequential_accuracy"] <= 1.0
+    # α at the start, every 1,000 constraints and at every size (here no multiple of 1,000).
+    assert [n for n, _ in run["alpha"]] == [0, 60, 200]
+    assert run["alpha"][0][1] == [0.5, 0.5]
+    assert run["prequential"][-1][0] == 200
+
+
+def test_a_cached_run_is_reused_until_the_learners_parameters_change(oahu_run, monkeypatch):
+    runs, _ = oahu_run
+    (path,) = runs.glob("digits-oahu-default-s0-N200.json")
+    stored = json.loads(path.read_text())
+    stored["points"][0]["error"] = 0.5  # a mark: a reused run keeps it
+    path.write_text(json.dumps(stored))
+    assert run_cached("digits", "oahu (default)", 0, SIZES, runs)["points"][0]["error"] == 0.5
+    changed = dict(learning_curves.LEARNERS)
+    changed["oahu (default)"] = ("oahu", {"margin": 0.1})  # as if a default had changed
+    monkeypatch.setattr(learning_curves, "LEARNERS", changed)
+    again = run_cached("digits", "oahu (default)", 0, SIZES, runs)
+    assert again["points"][0]["error"] != 0.5 and again["learner_params"]["margin"] == 0.1
+
+
+def test_learners_that_do_not_depend_on_n_are_flat_lines(tmp_path, oahu_run):
+    euclidean = run_cached("digits", "euclidean", 0, SIZES, tmp_path)
+    assert len(euclidean["points"]) == 1  # evaluated once, drawn at every size
+    table = aggregate([euclidean, oahu_run[1]], SIZES)
+    flat = table["euclidean"]["sizes"]
+    assert flat["60"]["error"]["mean"] == flat["200"]["error"]["mean"]
+    learned = table["oahu (default)"]["sizes"]
+    assert learned["200"]["error"]["per_seed"] == [oahu_run[1]["points"][1]["error"]]
