@@ -229,9 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--no-readme", action="store_true", help="do not touch benchmarks/README.md")
     args = p.parse_args(argv)
-    from oahu.config import PRESETS
 
-    rows = table_rows(args.dataset, PRESETS, args.learner_args, args.learners, args.results)
+    rows = table_rows(args.dataset, args.learner_args, args.learners, args.results)
     figure = {
         "dataset": args.dataset,
         "sampling": args.sampling,

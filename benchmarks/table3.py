@@ -31,7 +31,7 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,24 +79,23 @@ class Row:
 
     @property
     def slug(self) -> str:
-        """The label as a file-name part: ``"oahu (tuned)"`` → ``"oahu-tuned"``."""
+        """The label as a file-name part: ``"oahu (default)"`` → ``"oahu-default"``."""
         return re.sub(r"[^a-z0-9]+", "-", self.label.lower()).strip("-")
 
 
-def default_rows(presets: Iterable[str]) -> list[Row]:
-    """The paper's five rows plus the Euclidean floor, and "oahu (tuned)" when that preset exists.
+def default_rows() -> list[Row]:
+    """The paper's five rows plus the Euclidean floor, and oahu's default learner.
 
-    OAHU runs with the paper's preset; the baselines get their development-split choices from
-    :func:`tuned_args` per dataset. A second Euclidean row on centred unit rows (the
-    preprocessing most tuned baselines chose on Fashion-MNIST) separates what preprocessing
-    gains from what learning gains.
+    The "oahu" row runs the paper's preset; "oahu (default)" runs oahu's default learner (no
+    preset). The baselines get their development-split choices from :func:`tuned_args` per
+    dataset. A second Euclidean row on centred unit rows (the preprocessing most tuned baselines
+    chose on Fashion-MNIST) separates what preprocessing gains from what learning gains.
     """
     rows = [Row("euclidean", "euclidean")]
     rows.append(Row("euclidean (center+unit)", "euclidean", ("--set", "preprocess=center+unit")))
     rows += [Row(name, name) for name in ("lego", "rdml", "oasis", "opml")]
     rows.append(Row("oahu", "oahu", ("--preset", "paper")))
-    if "tuned" in presets:
-        rows.append(Row("oahu (tuned)", "oahu", ("--preset", "tuned")))
+    rows.append(Row("oahu (default)", "oahu"))
     return rows
 
 
@@ -419,13 +418,12 @@ def select_rows(rows: list[Row], labels: Sequence[str] | None) -> list[Row]:
 
 def table_rows(
     dataset: str,
-    presets: Iterable[str],
     overrides: Sequence[str],
     labels: Sequence[str] | None,
     results: Path,
 ) -> list[Row]:
     """The rows run on ``dataset``: defaults, tuned baseline args, then command-line overrides."""
-    rows = with_tuned_args(default_rows(presets), tuned_args(dataset, results))
+    rows = with_tuned_args(default_rows(), tuned_args(dataset, results))
     return select_rows(override_args(rows, overrides), labels)
 
 
@@ -450,11 +448,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from oahu.config import PRESETS  # the "oahu (tuned)" row exists once the preset does
 
     command = shlex.join(["python", "-m", "benchmarks.table3", *(argv or sys.argv[1:])])
     for dataset in args.datasets:
-        rows = table_rows(dataset, PRESETS, args.learner_args, args.learners, args.results)
+        rows = table_rows(dataset, args.learner_args, args.learners, args.results)
         constraints = args.constraints or CONSTRAINTS[dataset]
         seeds = args.seeds or SEEDS[dataset]
         table = aggregate(rows, collect(rows, dataset, constraints, seeds, args.results), dataset)

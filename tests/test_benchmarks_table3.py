@@ -114,14 +114,10 @@ def test_readme_block_is_replaced_and_the_rest_kept():
     assert "kept\n" in twice and twice.endswith("## After\nalso kept\n")
 
 
-def test_default_rows_add_the_tuned_oahu_only_when_the_preset_exists():
-    assert [r.label for r in default_rows({"paper"})][-1] == "oahu"
-    tuned = default_rows({"paper", "tuned"})[-1]
-    assert (tuned.label, tuned.slug, tuned.args) == (
-        "oahu (tuned)",
-        "oahu-tuned",
-        ("--preset", "tuned"),
-    )
+def test_default_rows_are_the_paper_oahu_and_the_default_one():
+    paper, default = default_rows()[-2:]
+    assert (paper.label, paper.args) == ("oahu", ("--preset", "paper"))
+    assert (default.label, default.slug, default.args) == ("oahu (default)", "oahu-default", ())
 
 
 def test_runs_are_cached_by_their_exact_command(tmp_path):
@@ -142,7 +138,7 @@ def test_baselines_run_with_their_development_split_choice(tmp_path):
         "euclidean": {"params": {"preprocess": "unit"}},  # a reference point, never applied
     }
     (tmp_path / "tune_baselines-digits.json").write_text(json.dumps({"best": best}))
-    rows = {r.label: r for r in table_rows("digits", {"paper"}, [], None, tmp_path)}
+    rows = {r.label: r for r in table_rows("digits", [], None, tmp_path)}
     assert rows["lego"].args == (
         "--set",
         "preprocess=standardize+unit",
@@ -152,6 +148,6 @@ def test_baselines_run_with_their_development_split_choice(tmp_path):
     assert rows["euclidean"].args == () and rows["rdml"].args == ()
     assert rows["euclidean (center+unit)"].args == ("--set", "preprocess=center+unit")
     assert rows["oahu"].args == ("--preset", "paper")
-    overridden = table_rows("digits", {"paper"}, ["lego=--set learning_rate=1"], ["lego"], tmp_path)
+    overridden = table_rows("digits", ["lego=--set learning_rate=1"], ["lego"], tmp_path)
     assert [(r.label, r.args) for r in overridden] == [("lego", ("--set", "learning_rate=1"))]
-    assert table_rows("fashion-mnist", {"paper"}, [], ["lego"], tmp_path)[0].args == ()
+    assert table_rows("fashion-mnist", [], ["lego"], tmp_path)[0].args == ()
