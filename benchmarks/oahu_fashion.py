@@ -32,15 +32,7 @@ ROWS: dict[str, list[str]] = {
         "--set",
         "preprocess=standardize+unit",
     ],
-    "oahu (tuned)": ["--learner", "oahu", "--preset", "tuned"],
-    "oahu (tuned, full-rank random E0)": [
-        "--learner",
-        "oahu",
-        "--preset",
-        "tuned",
-        "--set",
-        "head0_init=random",
-    ],
+    "oahu (default)": ["--learner", "oahu"],
 }
 METRICS = ("error", "macro_f1", "utilization", "auc", "recall_at_1", "triplets_per_s")
 

@@ -1,13 +1,14 @@
 """Per-depth kNN error of OAHU before and after one pass: what each head learns, and what α picks.
 
-The exploration behind the ``tuned`` preset (benchmarks/README.md, "OAHU on Fashion-MNIST"). For
-one seed of the paper's Fashion-MNIST protocol (10,000 constraints) it prints two JSON lines,
-before and after the pass, each with α and the 5-NN error / macro-F1 of the α-weighted metric and
-of every depth alone, on a seeded sample of test queries (the gallery is the whole development
-split).
+How the first release explored OAHU's heads (benchmarks/README.md, "OAHU on Fashion-MNIST"); it
+runs oahu's default learner, or ``--preset paper``. For one seed of the paper's Fashion-MNIST
+protocol (10,000 constraints) it prints two JSON lines, before and after the pass, each with α
+and the 5-NN error / macro-F1 of the α-weighted metric and of every depth alone, on a seeded
+sample of test queries (the gallery is the whole development split).
 
-    python benchmarks/oahu_heads.py --seed 0 --set head0_init=random
-    python benchmarks/oahu_heads.py --seed 0 --svd-head0 200 --set head0_init=random
+    python benchmarks/oahu_heads.py --seed 0
+    python benchmarks/oahu_heads.py --seed 0 --preset paper
+    python benchmarks/oahu_heads.py --seed 0 --preset paper --set embedding_dim=200 --svd-head0 200
 
 ``--svd-head0 K`` is how the exploration first tried a principal-axes E0, before
 ``head0_init="pca"`` existed: E0's first K rows are set to the top right singular vectors of the
@@ -55,7 +56,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--preset", default="tuned")
+    parser.add_argument("--preset", default=None, help="e.g. paper (default: oahu's own learner)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--svd-head0", type=int, default=0, metavar="K")
     parser.add_argument("--queries", type=int, default=5000)
