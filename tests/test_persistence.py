@@ -16,7 +16,9 @@ from oahu.persistence import (
     learner_from_bytes,
     learner_to_bytes,
     load_learner,
+    read_blob,
     save_learner,
+    verified_payload,
 )
 
 
@@ -32,8 +34,10 @@ def test_bytes_files_and_pickles_are_one_format(tmp_path):
     lego = trained_lego()
     data = learner_to_bytes(lego, extra={"offset": 20})
     save_learner(lego, tmp_path / "lego.pt", extra={"offset": 20})
-    assert (tmp_path / "lego.pt").read_bytes()[:2] == data[:2]  # both torch.save zip archives
-    blob = torch.load(tmp_path / "lego.pt", weights_only=True)
+    assert (tmp_path / "lego.pt").read_bytes() == data  # header line, then a torch.save zip
+    payload, verified = verified_payload(data, "lego.pt")
+    assert verified and payload.startswith(b"PK\x03\x04")
+    blob = read_blob(tmp_path / "lego.pt")  # torch.load(payload, weights_only=True)
     assert blob["format_version"] == FORMAT_VERSION and blob["extra"] == {"offset": 20}
     assert blob["state"]["params"] == lego.get_params()
     for restored in (
