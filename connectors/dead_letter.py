@@ -18,9 +18,14 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from oahu.connectors.constraint import DecodeError
+from oahu.connectors.constraint import REASONS, DecodeError
 from oahu.connectors.kafka_sink import KafkaSink
 from oahu.connectors.source import SourceRecord
+
+#: A valid constraint of a kind the learner cannot learn (a pair for a learner of triplets).
+UNSUPPORTED_KIND = "unsupported_kind"
+#: Every reason a record is dead-lettered for: the decoder's, and a learner's refusal of its kind.
+DEAD_LETTER_REASONS = (*REASONS, UNSUPPORTED_KIND)
 
 
 @dataclass(frozen=True)

@@ -107,6 +107,49 @@ def test_bad_lines_of_a_message_file_go_to_the_dead_letter_file(tmp_path: Path):
     }
 
 
+def test_a_message_file_without_items_says_what_it_needs_and_runs_once_given_it(tmp_path):
+    """A file of messages carries no items, so no gallery and no input dimension of its own:
+    the service says which option supplies them instead of failing on the file's first line."""
+    stream_file = make_stream(tmp_path, 40, seed=5)
+    stream = ConstraintStream.load(stream_file)
+    source = tmp_path / "messages.txt"
+    source.write_bytes(b"\n".join(encode_stream(stream_file, "json", inline=True)) + b"\n")
+    with pytest.raises(ValueError, match="n_features: unknown input dimension; give --n-features"):
+        Service(ServiceConfig(source=source.as_uri(), checkpoint_dir=str(tmp_path / "a")))
+    with pytest.raises(ValueError, match=r"give --gallery or --items .* or --preset paper"):
+        Service(
+            ServiceConfig(source=source.as_uri(), checkpoint_dir=str(tmp_path / "b"), n_features=64)
+        )
+    service = run_to_end(source, tmp_path / "c", n_features=64, preset="paper")
+    assert service.status["updates"] == 40
+    assert_same_model(service.publisher.current.learner, train_reference(stream, preset="paper"))
+
+
+def test_metrics_exist_before_the_learner_first_reports(tmp_path: Path):
+    """Prometheus conventions: every series the learner process exports is there from the
+    start, at zero for a new model and at the checkpoint's totals after a restart."""
+    stream_file = make_stream(tmp_path, 30, seed=6)
+    fresh = Service(ServiceConfig(source=stream_file.as_uri(), checkpoint_dir=str(tmp_path / "s")))
+    text = fresh.metrics.render().decode()  # not started: no report from a learner process yet
+    for line in (
+        "oahu_constraints_consumed_total 0.0",
+        'oahu_dead_letters_total{reason="undecodable"} 0.0',
+        'oahu_dead_letters_total{reason="unsupported_kind"} 0.0',
+        'oahu_constraints_skipped_total{reason="non_finite"} 0.0',
+        'oahu_hedge_weight{depth="1"} 0.5',  # the default OAHU's two depths, α uniform
+        "oahu_prequential_accuracy 0.0",
+        "oahu_model_updates 0.0",
+    ):
+        assert line in text.splitlines(), line
+    # A pair stream for OAHU: every record a dead letter, and the totals survive a restart.
+    pairs = make_stream(tmp_path, 20, seed=6, kind="pair")
+    run_to_end(pairs, tmp_path / "p")
+    again = Service(ServiceConfig(source=pairs.as_uri(), checkpoint_dir=str(tmp_path / "p")))
+    lines = again.metrics.render().decode().splitlines()
+    assert 'oahu_dead_letters_total{reason="unsupported_kind"} 20.0' in lines
+    assert "oahu_constraints_consumed_total 20.0" in lines
+
+
 def test_restart_after_the_end_learns_nothing_twice(tmp_path: Path):
     stream_file = make_stream(tmp_path, 100, seed=4)
     run_to_end(stream_file, tmp_path / "state", checkpoint_every=30)

@@ -17,7 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
-from oahu.learner import Diagnostic
+from oahu.learner import SKIP_DEGENERATE, SKIP_NON_FINITE, Diagnostic, Learner
 
 _FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 _SLOW = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -30,15 +30,29 @@ class LearningMetrics:
     Model-derived values (updates, utilisation, α and the diagnostics the learner declares,
     ``oahu_<name>``) are gauges set from the learner after each run of updates.
 
-    >>> m = LearningMetrics()
+    Every labelled series whose labels are known in advance (dead letters and skips by reason,
+    α and per-depth diagnostics by depth) exists from the start at zero, as Prometheus
+    conventions expect: a rate or an alert over a series that appears only with its first event
+    misses that event.
+
+    >>> m = LearningMetrics(dead_letter_reasons=("undecodable", "non_finite"))
     >>> m.consumed.inc(3)
     >>> m.dead_letters.labels(reason="non_finite").inc()
-    >>> names = {s.name: s.value for f in m.families() for s in f.samples}
-    >>> names["oahu_constraints_consumed_total"], names["oahu_dead_letters_total"]
-    (3.0, 1.0)
+    >>> samples = [s for family in m.families() for s in family.samples]
+    >>> value = {(s.name, s.labels.get("reason")): s.value for s in samples}
+    >>> value["oahu_constraints_consumed_total", None]
+    3.0
+    >>> letters = "oahu_dead_letters_total"
+    >>> value[letters, "non_finite"], value[letters, "undecodable"]  # the second: no letter yet
+    (1.0, 0.0)
     """
 
-    def __init__(self, diagnostics: Sequence[Diagnostic] = ()) -> None:
+    def __init__(
+        self,
+        diagnostics: Sequence[Diagnostic] = (),
+        dead_letter_reasons: Sequence[str] = (),
+        n_depths: int = 0,
+    ) -> None:
         r = self.registry = CollectorRegistry()
         # ---- the stream
         self.consumed = Counter(
@@ -105,6 +119,42 @@ class LearningMetrics:
             "When the last checkpoint was written.",
             registry=r,
         )
+        for reason in dead_letter_reasons:
+            self.dead_letters.labels(reason=reason)
+        for reason in (SKIP_NON_FINITE, SKIP_DEGENERATE):
+            self.skipped.labels(reason=reason)
+        for depth in range(n_depths):
+            self.alpha.labels(depth=str(depth))
+            for d in diagnostics:
+                if d.per_depth:
+                    self.diagnostics[d.name].labels(depth=str(depth))
+
+    @classmethod
+    def of(cls, learner: Learner, dead_letter_reasons: Sequence[str]) -> LearningMetrics:
+        """The metrics of a learn loop over ``learner``, its labelled series all present."""
+        return cls(learner.capabilities.diagnostics, dead_letter_reasons, learner.n_depths)
+
+    def restore(self, learner: Learner, progress: Any) -> None:
+        """Continue the counters from a checkpoint's learner and stream ``progress``, so totals
+        describe the whole model, and set the model's gauges."""
+        self.consumed.inc(progress.consumed)
+        for reason, count in progress.dead_letters.items():
+            self.dead_letters.labels(reason=reason).inc(count)
+        self.learned.inc(learner.constraints_learned)
+        self.used.inc(learner.constraints_used)
+        for reason, count in learner.skipped.items():
+            self.skipped.labels(reason=reason).inc(count)
+        if progress.written_at:
+            self.checkpoint_time.set(progress.written_at)
+        self.set_model(learner)
+
+    def set_model(self, learner: Learner, diagnostics: dict[str, Any] | None = None) -> None:
+        """Set the model's gauges (updates, U, α, the declared diagnostics) from ``learner``."""
+        self.updates.set(learner.updates)
+        self.utilization.set(learner.utilization)
+        for depth, a in enumerate(learner.alpha.tolist()):
+            self.alpha.labels(depth=str(depth)).set(a)
+        self.set_diagnostics(learner.diagnostics() if diagnostics is None else diagnostics)
 
     def set_diagnostics(self, values: dict[str, Any]) -> None:
         """Set the diagnostics' gauges from ``Learner.diagnostics()``."""

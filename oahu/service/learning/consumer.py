@@ -29,7 +29,7 @@ from typing import Any, Protocol
 import numpy as np
 from prometheus_client.metrics_core import Metric
 
-from oahu.connectors.dead_letter import DeadLetter, DeadLetterSink
+from oahu.connectors.dead_letter import UNSUPPORTED_KIND, DeadLetter, DeadLetterSink
 from oahu.connectors.messages import decode_batch
 from oahu.connectors.source import Source, SourceRecord
 from oahu.learner import Learner
@@ -42,7 +42,6 @@ from oahu.service.status import model_status
 
 log = logging.getLogger(__name__)
 
-UNSUPPORTED_KIND = "unsupported_kind"  # a valid constraint of a kind the learner cannot learn
 _LAG_REFRESH_SECONDS = 1.0
 
 
@@ -254,31 +253,18 @@ class ConsumerLoop:
 
     def _restore_metrics(self) -> None:
         """Counters continue from the checkpoint, so totals describe the whole model."""
-        p = self.progress
-        self.metrics.consumed.inc(p.consumed)
-        for reason, count in p.dead_letters.items():
-            self.metrics.dead_letters.labels(reason=reason).inc(count)
-        self.metrics.learned.inc(self.learner.constraints_learned)
-        self.metrics.used.inc(self.learner.constraints_used)
-        for reason, count in self.learner.skipped.items():
-            self.metrics.skipped.labels(reason=reason).inc(count)
-        if p.written_at:
-            self.metrics.checkpoint_time.set(p.written_at)
+        self.metrics.restore(self.learner, self.progress)
         self._refresh_status()
 
     def _refresh_status(self, force: bool = False) -> None:
         """Plain values about the model and the stream, for /v1/model and the gauges; reported
         (``force``: even if a report was sent a moment ago)."""
         learner = self.learner
-        self.metrics.updates.set(learner.updates)
-        self.metrics.utilization.set(learner.utilization)
-        for depth, a in enumerate(learner.alpha.tolist()):
-            self.metrics.alpha.labels(depth=str(depth)).set(a)
         self.status = {
             **model_status(
                 learner, self.progress, self.checkpointed, self.checkpoint_file, self.lag
             ),
             "source_ready": self.source.ready,
         }
-        self.metrics.set_diagnostics(self.status["diagnostics"])
+        self.metrics.set_model(learner, self.status["diagnostics"])
         self.link.report(self.status, self.metrics.families, force)

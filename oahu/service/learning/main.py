@@ -18,7 +18,13 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from oahu.connectors.dead_letter import DeadLetter, DeadLetterFile, DeadLetterKafka, DeadLetterSink
+from oahu.connectors.dead_letter import (
+    DEAD_LETTER_REASONS,
+    DeadLetter,
+    DeadLetterFile,
+    DeadLetterKafka,
+    DeadLetterSink,
+)
 from oahu.connectors.file_source import FileSource
 from oahu.connectors.kafka_source import Backoff
 from oahu.connectors.source import Source
@@ -108,7 +114,7 @@ def build_loop(
             items.add(*stream_items)
     # the API's changes go on top, from the overlay file and then as they are made
     catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
-    metrics = LearningMetrics(learner.capabilities.diagnostics)
+    metrics = LearningMetrics.of(learner, DEAD_LETTER_REASONS)
     sink = dead_letter_sink(config)
     return ConsumerLoop(config, learner, source, catalog, sink, link, metrics, progress)
 

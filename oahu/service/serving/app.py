@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from oahu.connectors.dead_letter import DEAD_LETTER_REASONS
 from oahu.connectors.file_source import FileSource
 from oahu.learner import Learner
 from oahu.persistence import learner_to_bytes
@@ -27,7 +28,7 @@ from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
-from oahu.service.metrics import ServiceMetrics
+from oahu.service.metrics import LearningMetrics, ServiceMetrics
 from oahu.service.serving.api import ServiceView, create_app
 from oahu.service.serving.process import LearnerProcess
 from oahu.service.serving.queries import QueryEngine
@@ -97,6 +98,11 @@ class Service:
         self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
         self.learner, progress = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
+        # The learner process's metrics, as they stand, until its first report replaces them:
+        # /metrics shows every series from the start, at the checkpoint's values or zero.
+        initial = LearningMetrics.of(self.learner, DEAD_LETTER_REASONS)
+        initial.restore(self.learner, progress)
+        self.metrics.forward(initial.families())
         self.publisher = SnapshotPublisher(
             self.catalog, self.metrics, config.index, config.ivf_nprobe
         )
