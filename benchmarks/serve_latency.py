@@ -228,11 +228,19 @@ async def open_all(host: str, port: int, n: int) -> list[Connection]:
     return list(await asyncio.gather(*(Connection.open(host, port) for _ in range(n))))
 
 
-def measure(args: argparse.Namespace, base: str, port: int, server_pid: int, raws: list[bytes]):
-    import uvloop
+def client_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (a lighter client leaves more of the two cores
+    to the server), else asyncio's own: the benchmark runs on a plain install too."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
+
+def measure(args: argparse.Namespace, base: str, port: int, server_pid: int, raws: list[bytes]):
     phases = []
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    with asyncio.Runner(loop_factory=client_loop_factory()) as runner:
         conns = runner.run(open_all("127.0.0.1", port, args.clients))
 
         def closed(seconds: float) -> Callable[[], Recorder]:
@@ -294,6 +302,7 @@ def main() -> None:
         "learner": args.learner,
         "index": args.index,
         "clients": args.clients,
+        "client_event_loop": "asyncio" if client_loop_factory() is None else "uvloop",
         "seconds_per_phase": args.seconds,
         "target_p99_ms": args.target_ms,
         "highest_offered_rate_meeting_target_per_s": max(passing, default=None),
