@@ -58,7 +58,11 @@ class BinaryLayout:
 
     @property
     def size(self) -> int:
-        return self.dtype.itemsize
+        """Bytes of one message, computed from the header alone: a header may declare a size
+        no buffer has (dim near 2**32), which must be refused before a dtype is built for it."""
+        k = self.n_items
+        items = 4 * k * self.dim if self.inline else 8 * k
+        return HEADER.size + 8 * self.ts + 8 * k * self.labels + items
 
 
 @lru_cache(maxsize=256)

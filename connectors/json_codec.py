@@ -17,9 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from oahu.connectors.constraint import ROLES, Constraint, DecodeError
+from oahu.connectors.constraint import MISSING_LABEL, ROLES, Constraint, DecodeError
 
 VERSION = 1
+# Labels travel as int64 in batches and in the binary format, whose smallest value means "no
+# label": a label outside (MISSING_LABEL, 2**63) cannot be represented and is refused.
+_LABEL_RANGE = (MISSING_LABEL + 1, 2**63 - 1)
 
 
 def encode_json(c: Constraint) -> bytes:
@@ -51,15 +54,27 @@ def _is_int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool)
+def _is_label(v: object) -> bool:
+    return _is_int(v) and _LABEL_RANGE[0] <= v <= _LABEL_RANGE[1]  # type: ignore[operator]
+
+
+def _finite_seconds(v: object) -> bool:
+    """A number of seconds a float64 holds finitely (an int beyond its range is not)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 def _parse_object(buf: bytes) -> dict[str, Any]:
     try:
         msg = json.loads(buf)
-    except (UnicodeDecodeError, ValueError) as e:
+    except (UnicodeDecodeError, ValueError) as e:  # ValueError: also ints of over 4,300 digits
         raise DecodeError("undecodable", f"invalid JSON: {e}") from None
+    except RecursionError:  # nesting deeper than the interpreter's stack
+        raise DecodeError("undecodable", "JSON nested too deeply") from None
     if not isinstance(msg, dict):
         raise DecodeError("undecodable", f"expected a JSON object, got {type(msg).__name__}")
     return msg
@@ -68,7 +83,10 @@ def _parse_object(buf: bytes) -> dict[str, Any]:
 def _parse_vectors(items: list[dict[str, Any]], roles: tuple[str, ...]) -> np.ndarray:
     vectors = []
     for role, item in zip(roles, items, strict=True):
-        arr = np.asarray(item["x"])
+        try:
+            arr = np.asarray(item["x"])
+        except (ValueError, OverflowError, RecursionError):  # ragged or too deep for an array
+            arr = np.empty(0)
         if arr.dtype.kind not in "fiu" or arr.ndim != 1 or arr.size == 0:
             raise DecodeError("bad_dimension", f"{role}.x: expected a non-empty list of numbers")
         vectors.append(arr)
@@ -107,13 +125,15 @@ def decode_json(buf: bytes) -> Constraint:
     else:
         x = _parse_vectors(items, roles)  # type: ignore[arg-type]
     labels = tuple(item.get("label") for item in items)  # type: ignore[union-attr]
-    if not all(v is None or _is_int(v) for v in labels):
-        raise DecodeError("undecodable", f"labels must be integers: {labels}")
+    if not all(v is None or _is_label(v) for v in labels):
+        raise DecodeError(
+            "undecodable", f"labels must be integers in ({MISSING_LABEL}, 2**63): {labels}"
+        )
     similar = msg.get("similar") if kind == "pair" else None
     if kind == "pair" and not isinstance(similar, bool):
         raise DecodeError("undecodable", f"similar={similar!r}, expected true or false")
     ts = msg.get("ts")
-    if ts is not None and not (_is_number(ts) and math.isfinite(ts)):
+    if ts is not None and not _finite_seconds(ts):
         raise DecodeError("undecodable", f"ts={ts!r}, expected seconds since the epoch")
     return Constraint(
         kind,

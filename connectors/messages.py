@@ -73,9 +73,7 @@ def message_format(buf: bytes) -> str:
 
 def decode(buf: bytes) -> Constraint:
     """Decode one message in either format; raises ``DecodeError``."""
-    if not isinstance(buf, bytes | bytearray | memoryview):
-        raise DecodeError("undecodable", f"expected bytes, got {type(buf).__name__}")
-    buf = bytes(buf)
+    buf = _as_bytes(buf)
     return decode_binary(buf) if message_format(buf) == "binary" else decode_json(buf)
 
 
@@ -103,7 +101,10 @@ def decode_batch(values: Sequence[bytes]) -> DecodedBatch:
     values = list(values)
     if not values:
         return DecodedBatch()
-    uniform = decode_uniform(values)
+    try:
+        uniform = decode_uniform(values) if all(isinstance(v, bytes) for v in values) else None
+    except Exception:  # a decoder bug costs the records it fails on (below), never the batch
+        uniform = None
     if uniform is not None:
         batch, errors = uniform
         return DecodedBatch([] if batch is None else [batch], errors)
@@ -124,18 +125,22 @@ def _decode_runs(values: list[bytes]) -> DecodedBatch:
         if not run_index:
             return
         index = np.asarray(run_index, dtype=np.int64)
-        if run_key[0] == "json":  # type: ignore[index]
-            out.batches.append(_stack(run_items, index))
-        else:
-            batch, errors = decode_binary_run(run_key[1], run_items, index)  # type: ignore[index]
-            out.batches.extend([] if batch is None else [batch])
-            out.errors.extend(errors)
+        try:
+            if run_key[0] == "json":  # type: ignore[index]
+                out.batches.append(_stack(run_items, index))
+            else:
+                layout = run_key[1]  # type: ignore[index]
+                batch, errors = decode_binary_run(layout, run_items, index)
+                out.batches.extend([] if batch is None else [batch])
+                out.errors.extend(errors)
+        except Exception as e:  # a decoder bug: the run's records are dead letters
+            out.errors.extend((int(i), _unexpected(e)) for i in index)
         run_index.clear()
         run_items.clear()
 
     for i, buf in enumerate(values):
-        buf = bytes(buf)
         try:  # each record's format is told once, then its run decodes it
+            buf = _as_bytes(buf)
             if message_format(buf) == "binary":
                 layout = parse_header(buf)
                 check_size(layout, len(buf))
@@ -146,6 +151,9 @@ def _decode_runs(values: list[bytes]) -> DecodedBatch:
         except DecodeError as e:
             out.errors.append((i, e))
             continue
+        except Exception as e:  # a decoder bug: this record's dead letter, not a crash
+            out.errors.append((i, _unexpected(e)))
+            continue
         if key != run_key:
             flush()
             run_key = key
@@ -154,6 +162,17 @@ def _decode_runs(values: list[bytes]) -> DecodedBatch:
     flush()
     out.errors.sort(key=lambda e: e[0])
     return out
+
+
+def _as_bytes(value: object) -> bytes:
+    """The record's bytes; a Kafka tombstone (None) or any other non-bytes is undecodable."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise DecodeError("undecodable", f"expected bytes, got {type(value).__name__}")
+    return bytes(value)
+
+
+def _unexpected(error: Exception) -> DecodeError:
+    return DecodeError("undecodable", f"the decoder failed: {type(error).__name__}: {error}"[:500])
 
 
 def _stack(constraints: list[Constraint], index: np.ndarray) -> ConstraintBatch:
