@@ -1,22 +1,37 @@
-"""The service checkpoint: learner state and stream progress in one atomically written file.
+"""The service checkpoint: learner state and stream progress in one atomically written file, and
+the previous ones kept beside it to fall back to.
 
 Learner and offsets are saved together (``oahu.persistence.save_learner`` with the progress in its
 ``extra``), so a checkpoint always pairs a model with exactly the records that trained it: a
 restart seeks to the stored offsets and every constraint is applied once.
+
+Each file carries the SHA-256 of its payload (:mod:`oahu.persistence`). Before a new checkpoint
+replaces ``checkpoint.pt``, the last :data:`KEEP_PREVIOUS` ones move to ``checkpoint.1.pt``
+(the previous) and ``checkpoint.2.pt``; ``checkpoint.pt`` itself exists at every moment.
+:func:`restore_checkpoint` takes the newest file that passes its check: when that is not
+``checkpoint.pt`` it logs an error naming what was refused, and the learner process seeks to
+that checkpoint's own offsets (model and offsets from one file), replaying what the refused
+checkpoint had covered. When no file passes, it refuses to start with one line naming them.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import shutil
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 from oahu.learner import Learner
-from oahu.persistence import load_learner, save_learner
+from oahu.persistence import LearnerFileError, load_learner, save_learner
+
+log = logging.getLogger("oahu.service")
 
 CHECKPOINT_FILE = "checkpoint.pt"
+KEEP_PREVIOUS = 2  # earlier checkpoints kept beside the latest, to fall back to
 
 
 @dataclass
@@ -62,18 +77,115 @@ class Progress:
         )
 
 
+class CheckpointError(ValueError):
+    """No checkpoint file of a directory that has some can be loaded (one line: files, why, and
+    the remedy)."""
+
+
+@dataclass
+class Restored:
+    """A checkpoint read back: the learner, its progress, the file it came from, and why each
+    newer file was refused (``refused`` is empty when it is the latest)."""
+
+    learner: Learner
+    progress: Progress
+    path: Path
+    refused: list[str] = field(default_factory=list)
+
+    @property
+    def fell_back(self) -> bool:
+        """Whether this is an earlier checkpoint than the latest written."""
+        return bool(self.refused)
+
+
 def checkpoint_path(directory: str | os.PathLike[str]) -> Path:
     return Path(directory) / CHECKPOINT_FILE
 
 
+def checkpoint_files(path: str | os.PathLike[str]) -> list[Path]:
+    """``path`` and its kept predecessors, newest first.
+
+    >>> [p.name for p in checkpoint_files("state/checkpoint.pt")]
+    ['checkpoint.pt', 'checkpoint.1.pt', 'checkpoint.2.pt']
+    """
+    path = Path(path)
+    return [path] + [
+        path.with_name(f"{path.stem}.{n}{path.suffix}") for n in range(1, KEEP_PREVIOUS + 1)
+    ]
+
+
+def _keep_previous(path: Path) -> None:
+    """Shift the kept checkpoints one place older and keep the current one as the previous,
+    leaving ``path`` in place: a crash at any point leaves ``path`` and every kept file whole."""
+    files = checkpoint_files(path)
+    for newer, older in reversed(list(pairwise(files[1:]))):
+        if newer.exists():
+            os.replace(newer, older)
+    if not path.exists():
+        return
+    link = path.with_name(f".{files[1].name}.keep.tmp")  # swept at start like atomic_open's
+    link.unlink(missing_ok=True)
+    try:
+        os.link(path, link)  # the same bytes under a second name: no copy
+    except OSError:  # a file system without hard links
+        shutil.copyfile(path, link)
+    os.replace(link, files[1])
+
+
 def write_checkpoint(path: str | os.PathLike[str], learner: Learner, progress: Progress) -> None:
-    """Atomically write learner + progress (temp file, fsync, rename, fsync dir)."""
+    """Atomically write learner + progress (temp file, fsync, rename, fsync dir), the one it
+    replaces kept as the previous checkpoint (:func:`checkpoint_files`)."""
+    _keep_previous(Path(path))
     save_learner(learner, path, extra={"service": progress.to_extra()})
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> tuple[Learner, Progress] | None:
-    """The learner and progress in ``path``, or None when there is no checkpoint yet."""
+    """The learner and progress in ``path``, or None when there is no checkpoint yet.
+
+    Raises :class:`~oahu.persistence.LearnerFileError` when ``path`` is corrupt.
+    """
     if not Path(path).exists():
         return None
     learner, extra = load_learner(path)
     return learner, Progress.from_extra(extra.get("service", {}))
+
+
+def restore_checkpoint(path: str | os.PathLike[str]) -> Restored | None:
+    """The newest valid checkpoint among ``path`` and its kept predecessors, or None when there
+    is none of them (a new model).
+
+    Falling back past a missing or corrupt ``path`` is logged as an error naming the files;
+    raises :class:`CheckpointError` when files exist and none is valid.
+    """
+    files = checkpoint_files(path)
+    present = [f for f in files if f.exists()]
+    if not present:
+        return None
+    refused: list[str] = []
+    for file in files:
+        try:
+            restored = read_checkpoint(file)
+        except (LearnerFileError, OSError) as exc:
+            refused.append(str(exc))
+            continue
+        if restored is None:
+            if file == files[0]:
+                refused.append(f"{file}: missing")
+            continue
+        learner, progress = restored
+        if refused:
+            log.error(
+                "CHECKPOINT FALLBACK: %s; continuing from the earlier checkpoint %s "
+                "(%d constraints consumed, offsets %s): records after those offsets are learned "
+                "again",
+                "; ".join(refused),
+                file,
+                progress.consumed,
+                dict(sorted(progress.offsets.items())),
+            )
+        return Restored(learner, progress, file, refused)
+    raise CheckpointError(
+        f"{files[0]}: no valid checkpoint to continue from ({'; '.join(refused)}); "
+        f"restore the files from a backup, or move {', '.join(f.name for f in present)} out of "
+        f"{files[0].parent} to start a new model"
+    )

@@ -39,10 +39,16 @@ EXIT_ORPHANED = 3  # the learner process's exit code when the serving process va
 
 @dataclass(frozen=True)
 class Start:
-    """The learner (:mod:`oahu.persistence` bytes) and ``Progress.to_extra()`` to start from."""
+    """The learner (:mod:`oahu.persistence` bytes) and ``Progress.to_extra()`` to start from.
+
+    ``fell_back``: they come from an earlier checkpoint than the latest, which was refused as
+    corrupt or missing (``oahu.service.checkpoints.restore_checkpoint``): the source's committed
+    offsets may be the refused checkpoint's, so this progress's own offsets win over them.
+    """
 
     learner: bytes
     progress: dict[str, Any]
+    fell_back: bool = False
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
+import prometheus_client
 from prometheus_client.metrics_core import Metric
 
 from oahu.connectors.dead_letter import UNSUPPORTED_KIND, DeadLetter, DeadLetterSink
@@ -66,6 +67,8 @@ class ConsumerLoop:
     trigger a checkpoint (in ``checkpoint_dir``); each poll fetches at most ``poll_records``
     records and waits at most ``poll_timeout``; ``exit_at_end`` ends the loop once the source is
     exhausted. The loop handles the source's partition assignments (``Source.listen``).
+    ``fell_back``: ``progress`` comes from an earlier checkpoint than the latest (see
+    :meth:`on_assign`).
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class ConsumerLoop:
         link: ServingLink,
         metrics: LearningMetrics,
         progress: Progress,
+        fell_back: bool = False,
     ) -> None:
         self.config = config
         self.learner = learner
@@ -95,6 +99,16 @@ class ConsumerLoop:
         self.finished = threading.Event()
         self._checkpoint_due_at = time.monotonic() + config.checkpoint_interval
         self._lag_at = 0.0
+        # After a fallback past a refused newer checkpoint the group's committed offsets may be
+        # that checkpoint's: this model's own offsets win until each partition is assigned.
+        self._own_offsets_win = set(progress.offsets) if fell_back else set()
+        self.fallbacks = prometheus_client.Counter(
+            "oahu_checkpoint_fallbacks",
+            "Starts from an earlier checkpoint than the latest, which was corrupt or missing.",
+            registry=metrics.registry,
+        )
+        if fell_back:
+            self.fallbacks.inc()
         self._restore_metrics()
         source.listen(self.on_assign, self.on_revoke)
 
@@ -216,7 +230,8 @@ class ConsumerLoop:
 
     def on_assign(self, partitions: list[int]) -> None:
         """Continue each new partition after the last record learned from it, by this model
-        (checkpoint) or by another group member (committed offset), whichever is further."""
+        (checkpoint) or by another group member (committed offset), whichever is further;
+        after a checkpoint fallback, from this model's own offset (:meth:`_start_offset`)."""
         with self.lock:
             targets = {}
             for p in partitions:
@@ -225,13 +240,45 @@ class ConsumerLoop:
                 except Exception as exc:  # the checkpoint alone still gives a safe position
                     log.warning("committed offset of partition %s unavailable: %r", p, exc)
                     committed = None
-                candidates = [o for o in (self.progress.offsets.get(p), committed) if o is not None]
-                if candidates:
-                    targets[p] = max(candidates)
-                    self.progress.offsets[p] = targets[p]
+                target = self._start_offset(p, self.progress.offsets.get(p), committed)
+                if target is not None:
+                    targets[p] = target
+                    self.progress.offsets[p] = target
             if targets:
                 self.source.seek(targets)
             log.info("assigned partitions %s, starting at %s", partitions, targets)
+
+    def _start_offset(self, partition: int, own: int | None, committed: int | None) -> int | None:
+        """Where ``partition`` continues: this checkpoint's offset ``own`` or the group's
+        ``committed`` one, whichever is further, except right after a checkpoint fallback,
+        when the committed offset may be the refused checkpoint's and ``own`` pairs with the
+        model. Records the model will never learn are named in a warning."""
+        if partition in self._own_offsets_win:
+            self._own_offsets_win.discard(partition)
+            if own is not None and committed is not None and committed > own:
+                log.warning(
+                    "partition %s: continuing from the restored checkpoint's offset %d, not the "
+                    "group's committed %d (the refused checkpoint's): offsets %d to %d are "
+                    "learned again by the restored model",
+                    partition, own, committed, own, committed - 1,
+                )  # fmt: skip
+            return own
+        if committed is None or (own is not None and own >= committed):
+            return own
+        if own is None:
+            log.warning(
+                "partition %s: no checkpoint covers it; starting at the group's committed offset "
+                "%d, so this model never learns the records before offset %d (the group consumed "
+                "them before; to learn them, reset the group's offsets or use a new group)",
+                partition, committed, committed,
+            )  # fmt: skip
+        else:
+            log.info(
+                "partition %s: continuing at the group's committed offset %d, past this "
+                "checkpoint's %d (another member learned offsets %d to %d)",
+                partition, committed, own, own, committed - 1,
+            )  # fmt: skip
+        return committed
 
     # ------------------------------------------------------------------ status
     def _refresh_lag(self, force: bool = False) -> None:

@@ -100,9 +100,14 @@ def kafka_source(config: ServiceConfig) -> Source:
 
 
 def build_loop(
-    config: ServiceConfig, learner: Learner, progress: Progress, link: ParentLink
+    config: ServiceConfig,
+    learner: Learner,
+    progress: Progress,
+    link: ParentLink,
+    fell_back: bool = False,
 ) -> ConsumerLoop:
-    """The learn loop over the configured source, with an item replica (``loop.catalog``)."""
+    """The learn loop over the configured source, with an item replica (``loop.catalog``);
+    ``fell_back``: the progress is an earlier checkpoint's than the latest (``Start``)."""
     items = ItemStore.load(config.items) if config.items else ItemStore()
     source: Source
     if config.is_kafka:
@@ -116,7 +121,7 @@ def build_loop(
     catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
     metrics = LearningMetrics.of(learner, DEAD_LETTER_REASONS)
     sink = dead_letter_sink(config)
-    return ConsumerLoop(config, learner, source, catalog, sink, link, metrics, progress)
+    return ConsumerLoop(config, learner, source, catalog, sink, link, metrics, progress, fell_back)
 
 
 def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -> None:
@@ -137,7 +142,8 @@ def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -
     loop = None
     try:
         learner, _ = learner_from_bytes(start.learner)
-        loop = build_loop(config, learner, Progress.from_extra(start.progress), link)
+        progress = Progress.from_extra(start.progress)
+        loop = build_loop(config, learner, progress, link, start.fell_back)
         reader = threading.Thread(
             target=listen, args=(inbox, loop.catalog.apply, link, stop), daemon=True
         )

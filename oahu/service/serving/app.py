@@ -24,7 +24,7 @@ from oahu.learner import Learner
 from oahu.persistence import learner_to_bytes
 from oahu.registry import make_learner
 from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
-from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
+from oahu.service.checkpoints import Progress, checkpoint_path, restore_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
@@ -96,7 +96,7 @@ class Service:
             config.check_kafka_options()
         items, gallery = initial_items(config)
         self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
-        self.learner, progress = self._restore_or_create(checkpoint_path(state_dir))
+        self.learner, progress, fell_back = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
         # The learner process's metrics, as they stand, until its first report replaces them:
         # /metrics shows every series from the start, at the checkpoint's values or zero.
@@ -110,7 +110,7 @@ class Service:
         self.learning = LearnerProcess(
             learner_main,
             (config,),
-            Start(self._initial, progress.to_extra()),
+            Start(self._initial, progress.to_extra(), fell_back),
             {
                 **model_status(self.learner, progress, progress, checkpoint_path(state_dir)),
                 "source_ready": False,
@@ -124,18 +124,20 @@ class Service:
         self.app = create_app(self._view())
 
     # ------------------------------------------------------------------ construction
-    def _restore_or_create(self, path: Path) -> tuple[Learner, Progress]:
+    def _restore_or_create(self, path: Path) -> tuple[Learner, Progress, bool]:
+        """The checkpointed learner and progress (or a new learner), and whether they come from
+        an earlier checkpoint than the latest (``restore_checkpoint`` fell back)."""
         config = self.config
-        restored = read_checkpoint(path)
+        restored = restore_checkpoint(path)
         if restored is not None:
-            learner, progress = restored
+            learner, progress = restored.learner, restored.progress
             if learner.name != config.learner:
                 raise ValueError(
-                    f"learner: {path} holds a {learner.name!r} model, not {config.learner!r}; "
-                    "use another --checkpoint-dir or --learner"
+                    f"learner: {restored.path} holds a {learner.name!r} model, not "
+                    f"{config.learner!r}; use another --checkpoint-dir or --learner"
                 )
-            log.info("restored %s: %d constraints consumed", path, progress.consumed)
-            return learner, progress
+            log.info("restored %s: %d constraints consumed", restored.path, progress.consumed)
+            return learner, progress, restored.fell_back
         n_features = config.n_features or self.catalog.dim
         if n_features is None:
             raise ValueError(
@@ -157,7 +159,7 @@ class Service:
                     f"items), or --learner-param preprocess=none{instead}"
                 )
             learner.prepare(x)
-        return learner, Progress()
+        return learner, Progress(), False
 
     def _view(self) -> ServiceView:
         config = self.config
