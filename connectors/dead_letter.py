@@ -9,7 +9,9 @@ inspected or replayed with ordinary Kafka tools.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -22,6 +24,14 @@ from oahu.connectors.constraint import REASONS, DecodeError
 from oahu.connectors.kafka_sink import KafkaSink
 from oahu.connectors.source import SourceRecord
 
+log = logging.getLogger(__name__)
+
+#: The most bytes of a record's value a dead letter carries to Kafka: below the producer's and
+#: the broker's 1 MiB defaults with room for the headers. Longer values are truncated (their
+#: size and SHA-256 go in headers); a letter Kafka still refuses goes to the fallback file.
+MAX_DEAD_LETTER_VALUE = 900 * 1024
+_MAX_DETAIL = 1000  # characters of ``detail`` kept in a header
+
 #: A valid constraint of a kind the learner cannot learn (a pair for a learner of triplets).
 UNSUPPORTED_KIND = "unsupported_kind"
 #: Every reason a record is dead-lettered for: the decoder's, and a learner's refusal of its kind.
@@ -31,8 +41,9 @@ DEAD_LETTER_REASONS = (*REASONS, UNSUPPORTED_KIND)
 @dataclass(frozen=True)
 class DeadLetter:
     """A rejected message: ``reason`` (a ``DecodeError`` reason), ``detail``, where it came
-    from (``source`` topic or file, ``partition``, ``offset``), the original bytes and when it
-    was rejected (``ts``, seconds since the epoch).
+    from (``source`` topic or file, ``partition``, ``offset``), the original bytes (None for a
+    Kafka tombstone, a record without a value) and when it was rejected (``ts``, seconds since
+    the epoch).
 
     >>> letter = DeadLetter("bad_kind", "kind='quad'", "constraints", 0, 7, b"{}", ts=1.0)
     >>> DeadLetter.from_json(letter.to_json()) == letter
@@ -44,7 +55,7 @@ class DeadLetter:
     source: str
     partition: int
     offset: int
-    value: bytes
+    value: bytes | None
     ts: float
 
     @classmethod
@@ -64,20 +75,22 @@ class DeadLetter:
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict; the original bytes as base64 under ``value_b64``."""
         out = asdict(self)
-        out["value_b64"] = base64.b64encode(out.pop("value")).decode("ascii")
+        value = out.pop("value")
+        out["value_b64"] = None if value is None else base64.b64encode(value).decode("ascii")
         return out
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> DeadLetter:
         fields = dict(obj)
-        fields["value"] = base64.b64decode(fields.pop("value_b64"))
+        value = fields.pop("value_b64")
+        fields["value"] = None if value is None else base64.b64decode(value)
         return cls(**fields)
 
     def headers(self) -> list[tuple[str, bytes]]:
         """Kafka record headers carrying everything but the value."""
         return [
             ("reason", self.reason.encode()),
-            ("detail", self.detail.encode()),
+            ("detail", self.detail[:_MAX_DETAIL].encode()),
             ("source", self.source.encode()),
             ("partition", str(self.partition).encode()),
             ("offset", str(self.offset).encode()),
@@ -142,7 +155,13 @@ def read_dead_letters(path: str | os.PathLike[str]) -> list[DeadLetter]:
 class DeadLetterKafka(DeadLetterSink):
     """Produces each letter's original bytes to ``topic``, headers as in ``DeadLetter.headers``.
 
-    ``config`` is passed to the producer (security settings and the like).
+    ``config`` is passed to the producer (security settings and the like). A value longer than
+    ``max_value_bytes`` is cut to that length, with headers ``truncated``, ``original_size`` and
+    ``sha256`` (of the whole value), so that no letter is too large to send; a tombstone's
+    letter has an empty value and the header ``tombstone``. A letter Kafka
+    refuses all the same (at send, or when its delivery fails) is written whole to ``fallback``
+    (a ``DeadLetterFile``) and logged, so it is still recorded and the consumer moves on;
+    ``fallbacks`` counts them.
     """
 
     def __init__(
@@ -150,16 +169,50 @@ class DeadLetterKafka(DeadLetterSink):
         topic: str,
         bootstrap_servers: str | list[str],
         config: Mapping[str, Any] | None = None,
+        max_value_bytes: int = MAX_DEAD_LETTER_VALUE,
+        fallback: DeadLetterSink | None = None,
     ) -> None:
         super().__init__()
         self.topic = topic
+        self.max_value_bytes = max_value_bytes
+        self.fallback = fallback
+        self.fallbacks = 0
         self._sink = KafkaSink(topic, bootstrap_servers, config=config)
 
     def _deliver(self, letter: DeadLetter) -> None:
-        self._sink.send(letter.value, headers=letter.headers())
+        value, headers = letter.value, letter.headers()
+        if value is None:  # Kafka records need a key or a value: an empty one, marked
+            value, headers = b"", [*headers, ("tombstone", b"1")]
+        if len(value) > self.max_value_bytes:
+            headers += [
+                ("truncated", b"1"),
+                ("original_size", str(len(value)).encode()),
+                ("sha256", hashlib.sha256(value).hexdigest().encode()),
+            ]
+            value = value[: self.max_value_bytes]
+        try:
+            future = self._sink.send(value, headers=headers)
+        except Exception as error:  # e.g. MessageSizeTooLargeError, raised before sending
+            self._fall_back(letter, error)
+        else:
+            future.add_errback(lambda error: self._fall_back(letter, error))
+
+    def _fall_back(self, letter: DeadLetter, error: BaseException) -> None:
+        log.error(
+            "dead letter of %s[%d]@%d (%s) not delivered to %s: %s; %s",
+            letter.source, letter.partition, letter.offset, letter.reason, self.topic, error,
+            "written to the fallback file" if self.fallback else "no fallback file: lost",
+        )  # fmt: skip
+        if self.fallback is not None:
+            self.fallback.write(letter)
+            self.fallbacks += 1
 
     def flush(self) -> None:
         self._sink.flush()
+        if self.fallback is not None:
+            self.fallback.flush()
 
     def close(self) -> None:
         self._sink.close()
+        if self.fallback is not None:
+            self.fallback.close()

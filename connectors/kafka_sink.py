@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kafka import KafkaProducer
+from kafka.producer.future import FutureRecordMetadata
 
 # Batch for throughput: a few ms of linger costs nothing for a bulk producer.
 DEFAULT_PRODUCER_CONFIG: dict[str, Any] = {"linger_ms": 5, "batch_size": 256 * 1024}
@@ -71,15 +72,19 @@ class KafkaSink:
 
     def send(
         self,
-        value: bytes,
+        value: bytes | None,
         key: bytes | None = None,
         headers: list[tuple[str, bytes]] | None = None,
         partition: int | None = None,
-    ) -> None:
+    ) -> FutureRecordMetadata:
+        """Send one record; the future says when it is acknowledged or why it failed."""
         if self._limiter is not None:
             self._limiter.wait()
-        self._producer.send(self.topic, value=value, key=key, headers=headers, partition=partition)
+        future = self._producer.send(
+            self.topic, value=value, key=key, headers=headers, partition=partition
+        )
         self.sent += 1
+        return future
 
     def send_many(self, values: Iterable[bytes], key: bytes | None = None) -> int:
         """Send every value (same key for all); returns how many were sent."""

@@ -20,7 +20,8 @@ PartitionCallback = Callable[[list[int]], None]
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
     """One raw message. ``source`` is the topic or file path, ``value`` the message bytes
-    (JSON or binary, see ``oahu.connectors.messages``), ``timestamp`` seconds since the epoch.
+    (JSON or binary, see ``oahu.connectors.messages``; None for a Kafka tombstone, which is
+    dead-lettered), ``timestamp`` seconds since the epoch.
 
     >>> r = SourceRecord("constraints", 0, 41, b'{"v":1}')
     >>> r.next_offset
@@ -30,7 +31,7 @@ class SourceRecord:
     source: str
     partition: int
     offset: int
-    value: bytes
+    value: bytes | None
     timestamp: float | None = None
     key: bytes | None = None
 

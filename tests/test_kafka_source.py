@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import uuid
 from collections.abc import Callable
@@ -11,7 +12,12 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer
 
 from oahu.connectors.binary_codec import encode_binary_batch
-from oahu.connectors.dead_letter import DeadLetter, DeadLetterKafka
+from oahu.connectors.dead_letter import (
+    DeadLetter,
+    DeadLetterFile,
+    DeadLetterKafka,
+    read_dead_letters,
+)
 from oahu.connectors.kafka_sink import KafkaSink
 from oahu.connectors.kafka_source import Backoff, KafkaSource
 from oahu.connectors.messages import (
@@ -248,3 +254,46 @@ def test_bad_configuration_fails_loudly() -> None:
         source.poll(timeout=0.1)
     with pytest.raises(ValueError, match="enable_auto_commit"):
         KafkaSource("t", "g", "127.0.0.1:1", config={"enable_auto_commit": True})
+
+
+@pytest.mark.kafka
+def test_a_dead_letter_too_large_for_kafka_is_truncated_or_kept_in_the_fallback_file(
+    kafka_bootstrap: str, tmp_path
+) -> None:
+    """A letter is never lost for its size: cut to fit with its size and hash in headers, and
+    one Kafka refuses all the same goes whole to the fallback file (issue 12)."""
+    dlq = unique("dead")
+    big = bytes(range(256)) * 4100  # 1,049,600 bytes: above the producer's 1 MiB
+    letter = DeadLetter("undecodable", "x" * 5000, "in", 0, 7, big, ts=1.0)
+    tombstone = DeadLetter("undecodable", "expected bytes, got NoneType", "in", 0, 8, None, 2.0)
+    sink = DeadLetterKafka(dlq, kafka_bootstrap, fallback=DeadLetterFile(tmp_path / "a.jsonl"))
+    sink.write(letter)
+    sink.write(tombstone)
+    sink.close()
+    assert sink.fallbacks == 0 and sink.counts == {"undecodable": 2}
+    reader = KafkaConsumer(
+        dlq, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest", group_id=None,
+        fetch_max_bytes=4 << 20, max_partition_fetch_bytes=4 << 20,
+    )  # fmt: skip
+    records = []
+    for _ in range(MAX_ROUNDS):
+        for batch in reader.poll(timeout_ms=500).values():
+            records.extend(batch)
+        if len(records) >= 2:
+            break
+    reader.close()
+    cut, empty = records
+    headers = dict(cut.headers)
+    assert cut.value == big[: len(cut.value)] and len(cut.value) < 1 << 20
+    assert headers["truncated"] == b"1" and headers["original_size"] == str(len(big)).encode()
+    assert headers["sha256"] == hashlib.sha256(big).hexdigest().encode()
+    assert len(headers["detail"]) == 1000 and headers["offset"] == b"7"
+    assert empty.value == b"" and dict(empty.headers)["tombstone"] == b"1"
+
+    # A limit above what the producer may send: Kafka refuses, the fallback file keeps it whole.
+    refused = DeadLetterKafka(
+        dlq, kafka_bootstrap, max_value_bytes=2 << 20, fallback=DeadLetterFile(tmp_path / "b.jsonl")
+    )
+    refused.write(letter)
+    refused.close()
+    assert refused.fallbacks == 1 and read_dead_letters(tmp_path / "b.jsonl") == [letter]

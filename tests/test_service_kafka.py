@@ -30,7 +30,7 @@ from service_support import (
 
 from oahu.config import OAHUConfig
 from oahu.connectors.kafka_sink import KafkaSink
-from oahu.connectors.messages import encode_stream
+from oahu.connectors.messages import encode_constraints, encode_stream
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.streams.stream_file import ConstraintStream
 
@@ -185,18 +185,30 @@ def test_poison_messages_go_to_the_dead_letter_topic(kafka_bootstrap, tmp_path):
     }
     binary_v9 = bytearray(good[0])
     binary_v9[2] = 9
-    poison["unknown_version_binary"] = bytes(binary_v9)
-    # interleave: poison message i goes after good message 40 * i
+    poison["unknown_version: binary"] = bytes(binary_v9)
+    # Each of these once crashed the learner process and blocked the partition (issue 12).
+    poison["undecodable: tombstone"] = None
+    poison["undecodable: label beyond int64"] = (
+        b'{"v":1,"kind":"triplet","anchor":{"id":"1","label":9223372036854775808},'
+        b'"positive":{"id":"2"},"negative":{"id":"3"}}'
+    )
+    huge_dim = bytearray(encode_constraints("triplet", x=stream.X[stream.constraints[:1]])[0])
+    huge_dim[8:12] = (2**32 - 1).to_bytes(4, "little")  # the header's dim field
+    poison["undecodable: dimension near 2**32"] = bytes(huge_dim)
+    poison["undecodable: nested 100,000 deep"] = b'{"a":' * 100_000 + b"1" + b"}" * 100_000
+    # interleave: poison message i goes after good message 25 * i
     messages, expected = [], {}
     for i, value in enumerate(good):
         messages.append(value)
-        if i % 40 == 0 and i // 40 < len(poison):
-            name, bad = list(poison.items())[i // 40]
-            expected[len(messages)] = (name.removesuffix("_binary"), bad)
+        if i % 25 == 0 and i // 25 < len(poison):
+            name, bad = list(poison.items())[i // 25]
+            expected[len(messages)] = (name.split(":")[0], bad)
             messages.append(bad)
+    assert len(expected) == len(poison)
     topic, state = unique("poison"), tmp_path / "state"
     sink = KafkaSink(topic, kafka_bootstrap)
-    sink.send_many(messages)
+    for value in messages:  # a tombstone (no value) must have a key
+        sink.send(value, key=b"tombstone" if value is None else None)
     sink.flush()
     sink.close()
     proc = service(kafka_bootstrap, topic, unique("g"), stream_file, state)
@@ -207,12 +219,14 @@ def test_poison_messages_go_to_the_dead_letter_topic(kafka_bootstrap, tmp_path):
     got = {}
     for r in letters:
         headers = {k: v.decode() for k, v in r.headers}
-        got[int(headers["offset"])] = (headers["reason"], r.value)
+        value = None if headers.get("tombstone") else r.value
+        got[int(headers["offset"])] = (headers["reason"], value)
         assert headers["source"] == topic and headers["partition"] == "0" and headers["detail"]
     assert got == expected
     reasons = [reason for reason, _ in expected.values()]
     assert model["dead_letters"] == {r: reasons.count(r) for r in reasons}
     assert 'oahu_dead_letters_total{reason="unknown_version"} 2.0' in metrics
+    assert 'oahu_dead_letters_total{reason="undecodable"} 5.0' in metrics
     assert model["constraints_learned"] == 300
     learner, _ = read_checkpoint(checkpoint_path(state))
     assert_same_model(learner, train_reference(stream))  # the good ones, learned in order

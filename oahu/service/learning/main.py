@@ -85,6 +85,8 @@ def dead_letter_sink(config: ServiceConfig) -> DeadLetterSink:
                 config.dead_letter or topic + DEAD_LETTER_SUFFIX,
                 bootstrap,
                 config=config.kafka_options(KafkaProducer),
+                # what Kafka refuses, e.g. for its size, is still recorded, and the loop goes on
+                fallback=DeadLetterFile(Path(config.checkpoint_dir) / DEAD_LETTER_FILE),
             )
         )
     return DeadLetterFile(config.dead_letter or Path(config.checkpoint_dir) / DEAD_LETTER_FILE)
