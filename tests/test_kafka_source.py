@@ -42,6 +42,22 @@ def triplet_messages(n: int, start: int = 0) -> list[bytes]:
     return encode_binary_batch(ConstraintBatch("triplet", np.arange(n), ids=ids))
 
 
+def read_records(bootstrap: str, topic: str, n: int) -> list:
+    """The first ``n`` records of ``topic`` (fetches large enough for 1 MiB records)."""
+    reader = KafkaConsumer(
+        topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest", group_id=None,
+        fetch_max_bytes=4 << 20, max_partition_fetch_bytes=4 << 20,
+    )  # fmt: skip
+    records: list = []
+    for _ in range(MAX_ROUNDS):
+        for batch in reader.poll(timeout_ms=500).values():
+            records.extend(batch)
+        if len(records) >= n:
+            break
+    reader.close()
+    return records
+
+
 def produce(bootstrap: str, topic: str, values: list[bytes], partition: int | None = None) -> None:
     sink = KafkaSink(topic, bootstrap)
     for value in values:
@@ -205,16 +221,7 @@ def test_dead_letters_land_in_the_dead_letter_topic(kafka_bootstrap: str) -> Non
     source.close()
     assert sink.counts == {"unknown_version": 1, "undecodable": 1}
 
-    reader = KafkaConsumer(
-        dlq, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest", group_id=None
-    )
-    letters = []
-    for _ in range(MAX_ROUNDS):
-        for records in reader.poll(timeout_ms=500).values():
-            letters.extend(records)
-        if len(letters) >= 2:
-            break
-    reader.close()
+    letters = read_records(kafka_bootstrap, dlq, 2)
     assert [r.value for r in letters] == [b'{"v": 7}', b"\xffgarbage"]
     headers = [dict(r.headers) for r in letters]
     assert [h["reason"] for h in headers] == [b"unknown_version", b"undecodable"]
@@ -271,18 +278,7 @@ def test_a_dead_letter_too_large_for_kafka_is_truncated_or_kept_in_the_fallback_
     sink.write(tombstone)
     sink.close()
     assert sink.fallbacks == 0 and sink.counts == {"undecodable": 2}
-    reader = KafkaConsumer(
-        dlq, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest", group_id=None,
-        fetch_max_bytes=4 << 20, max_partition_fetch_bytes=4 << 20,
-    )  # fmt: skip
-    records = []
-    for _ in range(MAX_ROUNDS):
-        for batch in reader.poll(timeout_ms=500).values():
-            records.extend(batch)
-        if len(records) >= 2:
-            break
-    reader.close()
-    cut, empty = records
+    cut, empty = read_records(kafka_bootstrap, dlq, 2)
     headers = dict(cut.headers)
     assert cut.value == big[: len(cut.value)] and len(cut.value) < 1 << 20
     assert headers["truncated"] == b"1" and headers["original_size"] == str(len(big)).encode()
