@@ -267,6 +267,7 @@ def test_the_service_falls_back_past_corrupt_checkpoints_and_learns_each_record_
             ServiceConfig(source=stream_file.as_uri(), checkpoint_dir=str(state), exit_at_end=True)
         )
     assert_same_model(again.learner, kept[2][0], atol=0)  # the newest valid one
+    assert metric(again, "oahu_checkpoint_fallbacks_total") == 1.0  # before any report too
     fallback = [r.getMessage() for r in caplog.records if "CHECKPOINT FALLBACK" in r.getMessage()]
     assert len(fallback) == 1 and str(files[0]) in fallback[0] and str(files[1]) in fallback[0]
     assert f"continuing from the earlier checkpoint {files[2]}" in fallback[0]

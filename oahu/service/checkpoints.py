@@ -25,6 +25,9 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import prometheus_client
+from prometheus_client import CollectorRegistry
+
 from oahu.learner import Learner
 from oahu.persistence import LearnerFileError, load_learner, save_learner
 
@@ -32,6 +35,7 @@ log = logging.getLogger("oahu.service")
 
 CHECKPOINT_FILE = "checkpoint.pt"
 KEEP_PREVIOUS = 2  # earlier checkpoints kept beside the latest, to fall back to
+FALLBACKS_METRIC = "oahu_checkpoint_fallbacks"
 
 
 @dataclass
@@ -189,3 +193,23 @@ def restore_checkpoint(path: str | os.PathLike[str]) -> Restored | None:
         f"restore the files from a backup, or move {', '.join(f.name for f in present)} out of "
         f"{files[0].parent} to start a new model"
     )
+
+
+def fallback_counter(registry: CollectorRegistry, fell_back: bool) -> prometheus_client.Counter:
+    """``oahu_checkpoint_fallbacks_total`` in the learner process's ``registry``: 1 when this
+    run started from an earlier checkpoint than the latest (``Restored.fell_back``), else 0.
+    It travels to ``/metrics`` with the learner's other families.
+
+    >>> registry = CollectorRegistry()
+    >>> _ = fallback_counter(registry, fell_back=True)
+    >>> registry.get_sample_value("oahu_checkpoint_fallbacks_total")
+    1.0
+    """
+    counter = prometheus_client.Counter(
+        FALLBACKS_METRIC,
+        "Starts from an earlier checkpoint than the latest, which was corrupt or missing.",
+        registry=registry,
+    )
+    if fell_back:
+        counter.inc()
+    return counter

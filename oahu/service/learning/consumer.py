@@ -27,7 +27,6 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
-import prometheus_client
 from prometheus_client.metrics_core import Metric
 
 from oahu.connectors.dead_letter import UNSUPPORTED_KIND, DeadLetter, DeadLetterSink
@@ -35,7 +34,12 @@ from oahu.connectors.messages import decode_batch
 from oahu.connectors.source import Source, SourceRecord
 from oahu.learner import Learner
 from oahu.service.catalog import Catalog
-from oahu.service.checkpoints import Progress, checkpoint_path, write_checkpoint
+from oahu.service.checkpoints import (
+    Progress,
+    checkpoint_path,
+    fallback_counter,
+    write_checkpoint,
+)
 from oahu.service.config import ServiceConfig
 from oahu.service.learning.resolve import ResolvedBatch, resolve_batch
 from oahu.service.metrics import LearningMetrics
@@ -102,13 +106,7 @@ class ConsumerLoop:
         # After a fallback past a refused newer checkpoint the group's committed offsets may be
         # that checkpoint's: this model's own offsets win until each partition is assigned.
         self._own_offsets_win = set(progress.offsets) if fell_back else set()
-        self.fallbacks = prometheus_client.Counter(
-            "oahu_checkpoint_fallbacks",
-            "Starts from an earlier checkpoint than the latest, which was corrupt or missing.",
-            registry=metrics.registry,
-        )
-        if fell_back:
-            self.fallbacks.inc()
+        self.fallbacks = fallback_counter(metrics.registry, fell_back)
         self._restore_metrics()
         source.listen(self.on_assign, self.on_revoke)
 

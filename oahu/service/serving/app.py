@@ -24,7 +24,12 @@ from oahu.learner import Learner
 from oahu.persistence import learner_to_bytes
 from oahu.registry import make_learner
 from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
-from oahu.service.checkpoints import Progress, checkpoint_path, restore_checkpoint
+from oahu.service.checkpoints import (
+    Progress,
+    checkpoint_path,
+    fallback_counter,
+    restore_checkpoint,
+)
 from oahu.service.config import ServiceConfig
 from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
@@ -102,6 +107,7 @@ class Service:
         # /metrics shows every series from the start, at the checkpoint's values or zero.
         initial = LearningMetrics.of(self.learner, DEAD_LETTER_REASONS)
         initial.restore(self.learner, progress)
+        fallback_counter(initial.registry, fell_back)
         self.metrics.forward(initial.families())
         self.publisher = SnapshotPublisher(
             self.catalog, self.metrics, config.index, config.ivf_nprobe
