@@ -12,6 +12,12 @@ Re-embedding a large gallery is the most expensive thing the serving process doe
 35,000 Fashion-MNIST items), so the builder takes at most ``MAX_BUILD_SHARE`` of a core: after a
 build of t seconds it waits t·(1/share − 1) before the next, the newest state replacing older
 ones meanwhile.
+
+A build that fails (a model that does not load, a gallery that does not fit in memory) leaves the
+previous snapshot serving: the builder logs why, keeps the reason in ``error`` (shown by /readyz
+and /v1/model) and tries the same state again after a backoff (``RETRY_FIRST_SECONDS``, doubling
+up to ``RETRY_MAX_SECONDS``) unless a newer one arrives first. A failure is never final: without a
+previous snapshot the service is unready only until a build succeeds.
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ from oahu.threads import use_native_threads
 log = logging.getLogger(__name__)
 
 MAX_BUILD_SHARE = 0.1
+RETRY_FIRST_SECONDS = 1.0
+RETRY_MAX_SECONDS = 60.0
 GalleryArrays = tuple[int, list[str], np.ndarray, np.ndarray]  # version, ids, X, y
 
 
@@ -42,7 +50,8 @@ class Snapshot:
     """An immutable view of the model and the gallery index built with it.
 
     ``version`` counts publications; ``updates`` is the model's update count when it was taken.
-    ``index`` is None while the gallery is empty.
+    ``index`` is None while the gallery is empty. ``gallery_ids`` is an object array of str: a
+    fixed-width str array is as wide as its longest id for every item.
     """
 
     learner: Learner
@@ -92,12 +101,14 @@ def build_snapshot(
     """
     learner = state if isinstance(state, Learner) else learner_from_bytes(state)[0]
     gallery_version, ids, X, y = gallery or gallery_arrays(catalog)
-    gallery_index = index_gallery(learner, X, y, np.asarray(ids), index, nprobe) if ids else None
+    id_array = np.empty(len(ids), dtype=object)
+    id_array[:] = ids
+    gallery_index = index_gallery(learner, X, y, id_array, index, nprobe) if ids else None
     return Snapshot(
         learner,
         learner.alpha,
         gallery_index,
-        np.asarray(ids, dtype=str),
+        id_array,
         gallery_version,
         version,
         learner.updates,
@@ -109,7 +120,8 @@ class SnapshotPublisher:
     """Builds and publishes snapshots in a background thread; ``current`` is the latest.
 
     ``submit(state)`` hands over a learner as :mod:`oahu.persistence` bytes (from the learner
-    process, or :func:`~oahu.persistence.learner_to_bytes` of one at hand).
+    process, or :func:`~oahu.persistence.learner_to_bytes` of one at hand). ``error`` is why the
+    latest build failed (None once one succeeds), ``failures`` how many failed in a row.
     """
 
     def __init__(
@@ -130,6 +142,7 @@ class SnapshotPublisher:
         self._next_build_at = 0.0
         self._thread = threading.Thread(target=self._run, name="oahu-reindex", daemon=True)
         self.error: str | None = None
+        self.failures = 0
 
     # ------------------------------------------------------------------ model side
     def submit(self, state: bytes) -> None:
@@ -183,10 +196,26 @@ class SnapshotPublisher:
                 state, self._pending = self._pending, None
             try:
                 self._publish(state)
-            except Exception as exc:  # keep serving the previous snapshot
-                self.error = repr(exc)
-                log.exception("snapshot build failed; still serving the previous one")
-                time.sleep(1.0)
+            except Exception as exc:  # MemoryError included: keep serving the previous snapshot
+                self._failed(state, exc)
+
+    def _failed(self, state: bytes | None, exc: Exception) -> None:
+        self.failures += 1
+        delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (self.failures - 1))
+        self.error = f"{type(exc).__name__}: {exc}"[:1000]
+        with self._cond:
+            if self._pending is None:  # a newer state, if one came meanwhile, is built instead
+                self._pending = state
+            self._next_build_at = time.monotonic() + delay
+        current = self.current
+        serving = f"snapshot {current.version}" if current else "no snapshot yet (not ready)"
+        log.error(
+            "snapshot build failed (%d in a row), still serving %s; retrying in %.0f s",
+            self.failures,
+            serving,
+            delay,
+            exc_info=exc,
+        )
 
     def _publish(self, state: bytes | None) -> None:
         current = self.current
@@ -204,7 +233,7 @@ class SnapshotPublisher:
             source, self.catalog, version, self.index, self.nprobe, self._gallery
         )
         self.current = snapshot  # one reference swap: readers see the old or the new one
-        self.error = None
+        self.error, self.failures = None, 0
         took = time.perf_counter() - started
         self._next_build_at = time.monotonic() + took * (1 / MAX_BUILD_SHARE - 1)
         self.metrics.reindex_seconds.observe(took)
