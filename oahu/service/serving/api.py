@@ -3,11 +3,10 @@
 Items in a query are either inline (``{"x": [floats]}``) or references (``{"id": "17"}``) to the
 item store (then the gallery). Malformed input is answered 4xx naming the offending field in
 FastAPI's validation format (``{"detail": [{"loc": ["body", "items", 3, "x"], "msg": ...}]}``),
-never 5xx. Request bodies larger than ``max_request_bytes`` get 413; write endpoints require the
-bearer token when one is configured.
+never 5xx; what a body may hold is defined once, in :mod:`oahu.service.serving.inputs`. Request
+bodies larger than ``max_request_bytes`` get 413; write endpoints require the bearer token when
+one is configured.
 """
-
-from __future__ import annotations
 
 import asyncio
 import hmac
@@ -15,7 +14,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import pydantic_core
@@ -23,70 +22,36 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel
 
 from oahu.connectors.constraint import MISSING_LABEL, DecodeError
 from oahu.service.catalog import Catalog
 from oahu.service.config import ServiceConfig
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
-from oahu.service.serving.queries import NotReady, QueryEngine
+from oahu.service.serving.inputs import json_safe, request_models
+from oahu.service.serving.queries import NotFinite, NotReady, QueryEngine
 from oahu.service.serving.snapshot import SnapshotPublisher
 
 
-# ---------------------------------------------------------------------- request bodies
-class ItemRef(BaseModel):
-    """An item given inline (``x``) or by ``id`` (item store, then gallery)."""
-
-    model_config = ConfigDict(extra="forbid")
-    id: str | int | None = Field(None, description="id of a stored item")
-    x: list[float] | None = Field(None, description="feature vector", min_length=1)
-
-    @model_validator(mode="after")
-    def _one_of(self) -> ItemRef:
-        if (self.id is None) == (self.x is None):
-            raise ValueError("give exactly one of 'id' and 'x'")
-        return self
+# ---------------------------------------------------------------------- errors
+class Detail(BaseModel):
+    detail: str
 
 
-class ItemsQuery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    items: list[ItemRef] = Field(min_length=1)
+def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI descriptions of the error answers an endpoint gives besides 422."""
+    return {code: {"model": Detail, "description": _ERRORS[code]} for code in codes}
 
 
-class NeighbourQuery(ItemsQuery):
-    k: int | None = Field(None, ge=1, le=1000, description="neighbours per depth")
-
-
-class Pair(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    left: ItemRef
-    right: ItemRef
-
-
-class VerifyQuery(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    pairs: list[Pair] = Field(min_length=1)
-    threshold: float = Field(0.5, description="T of Eq. 26")
-
-
-class NewItem(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    id: str | int
-    x: list[float] = Field(min_length=1)
-    label: int | None = None
-
-
-class AddItems(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    items: list[NewItem] = Field(min_length=1)
-    gallery: bool = Field(True, description="also add the items to the gallery (needs labels)")
-
-
-class RemoveItems(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    ids: list[str | int] = Field(min_length=1)
+_ERRORS = {
+    401: "missing or wrong bearer token (only when the service has one)",
+    404: "none of the ids is known",
+    413: "request body larger than --max-request-bytes",
+    503: "no model snapshot published yet, or the gallery is empty",
+}
 
 
 def invalid(loc: tuple[Any, ...], msg: str) -> RequestValidationError:
@@ -148,49 +113,43 @@ def create_app(view: ServiceView) -> FastAPI:
         "verification and retrieval with the latest published model.",
     )
     app.router.route_class = FastJSONRoute  # for the routes declared below
+    app.add_exception_handler(RequestValidationError, _validation_error)
     config = view.config
     app.add_middleware(BodySizeLimit, max_bytes=config.max_request_bytes)
     app.add_middleware(RequestMetrics, metrics=view.metrics)
+    # What a body may hold (ids, finite numbers, n_features per vector, max_batch_items per
+    # request) is checked by these models; the handlers check only what needs the service's
+    # state (unknown ids, duplicates, labels for the gallery).
+    models = request_models(view.n_features, config.max_batch_items)
+    queries = {"responses": _responses(413, 503)}
+    writes = {"dependencies": [Depends(_bearer(config.auth_token))]}
 
-    def features(items: list[ItemRef], loc: tuple[Any, ...]) -> np.ndarray:
-        if len(items) > config.max_batch_items:
-            raise invalid(loc, f"at most {config.max_batch_items} items per request")
+    def features(items: list[Any], loc: str, side: tuple[str, ...] = ()) -> np.ndarray:
         out = np.empty((len(items), view.n_features), dtype=np.float32)
         for i, item in enumerate(items):
             if item.x is not None:
-                if len(item.x) != view.n_features:
-                    msg = f"expected {view.n_features} features, got {len(item.x)}"
-                    raise invalid((*loc, i, "x"), msg)
-                out[i] = item.x
+                out[i] = item.x  # finite and within float32's range: ``Feature``
             else:
-                out[i] = _lookup(view.catalog, str(item.id), (*loc, i, "id"))
-        bad = ~np.isfinite(out).all(axis=1)
-        if bad.any():
-            raise invalid((*loc, int(np.argmax(bad)), "x"), "NaN or infinite value")
+                out[i] = _lookup(view.catalog, item.id, (loc, i, *side, "id"))
         return out
 
-    async def answer(op: str, x: np.ndarray, param: Any) -> tuple[Any, Any]:
+    async def answer(op: str, x: np.ndarray, param: Any, loc: str = "items") -> tuple[Any, Any]:
         try:
             return await asyncio.wrap_future(view.engine.submit(op, x, param))
         except NotReady as exc:
             raise HTTPException(503, str(exc)) from None
-
-    def authorised(request: Request) -> None:
-        if config.auth_token is None:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token, config.auth_token):
-            raise HTTPException(
-                401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
-            )
+        except NotFinite as exc:  # finite features can still overflow the model's arithmetic
+            msg = "the model's embedding of this item is not finite: its features are too large"
+            raise invalid((loc, exc.rows[0]), msg) from None
 
     # The query endpoints return a JSONResponse of plain values: that skips FastAPI's response
     # validation and jsonable_encoder, a recursive walk over every score that costs more than
     # encoding them.
-    @app.post("/v1/embed", summary="Embeddings of items at every depth, with the hedge weights")
-    async def embed(body: ItemsQuery) -> JSONResponse:
-        emb, snap = await answer("embed", features(body.items, ("items",)), None)
+    @app.post(
+        "/v1/embed", summary="Embeddings of items at every depth, with the hedge weights", **queries
+    )
+    async def embed(body: models.ItemsQuery) -> JSONResponse:
+        emb, snap = await answer("embed", features(body.items, "items"), None)
         return JSONResponse(
             {
                 "embeddings": emb.transpose(1, 0, 2).tolist(),  # (items, depths, dim)
@@ -200,9 +159,9 @@ def create_app(view: ServiceView) -> FastAPI:
             }
         )
 
-    @app.post("/v1/classify", summary="kNN classification over all depths (Eq. 23-25)")
-    async def classify(body: NeighbourQuery) -> JSONResponse:
-        out, snap = await answer("classify", features(body.items, ("items",)), body.k or config.k)
+    @app.post("/v1/classify", summary="kNN classification over all depths (Eq. 23-25)", **queries)
+    async def classify(body: models.NeighbourQuery) -> JSONResponse:
+        out, snap = await answer("classify", features(body.items, "items"), body.k or config.k)
         classes = [str(c) for c in out["classes"].tolist()]
         predictions = [
             {"label": int(label), "scores": dict(zip(classes, row, strict=True))}
@@ -210,9 +169,9 @@ def create_app(view: ServiceView) -> FastAPI:
         ]
         return JSONResponse({"predictions": predictions, "model": snap.meta()})
 
-    @app.post("/v1/retrieve", summary="The k most similar gallery items (Eq. 27)")
-    async def retrieve(body: NeighbourQuery) -> JSONResponse:
-        out, snap = await answer("retrieve", features(body.items, ("items",)), body.k or config.k)
+    @app.post("/v1/retrieve", summary="The k most similar gallery items (Eq. 27)", **queries)
+    async def retrieve(body: models.NeighbourQuery) -> JSONResponse:
+        out, snap = await answer("retrieve", features(body.items, "items"), body.k or config.k)
         ids = snap.gallery_ids
         labels = snap.index.labels
         results = []
@@ -226,13 +185,11 @@ def create_app(view: ServiceView) -> FastAPI:
             )
         return JSONResponse({"results": results, "model": snap.meta()})
 
-    @app.post("/v1/verify", summary="Are the two items of each pair similar? (Eq. 26)")
-    async def verify(body: VerifyQuery) -> JSONResponse:
-        if len(body.pairs) > config.max_batch_items:
-            raise invalid(("pairs",), f"at most {config.max_batch_items} pairs per request")
-        left = features([p.left for p in body.pairs], ("pairs", "left"))
-        right = features([p.right for p in body.pairs], ("pairs", "right"))
-        out, snap = await answer("verify", np.stack([left, right]), float(body.threshold))
+    @app.post("/v1/verify", summary="Are the two items of each pair similar? (Eq. 26)", **queries)
+    async def verify(body: models.VerifyQuery) -> JSONResponse:
+        left = features([p.left for p in body.pairs], "pairs", ("left",))
+        right = features([p.right for p in body.pairs], "pairs", ("right",))
+        out, snap = await answer("verify", np.stack([left, right]), body.threshold, "pairs")
         results = [
             {"similar": bool(s), "vote": float(v), "score": float(c)}
             for s, v, c in zip(out["similar"], out["vote"], out["score"], strict=True)
@@ -242,26 +199,24 @@ def create_app(view: ServiceView) -> FastAPI:
     @app.post(
         "/v1/items",
         summary="Add items to the item store (and the gallery)",
-        dependencies=[Depends(authorised)],
+        responses=_responses(401, 413),
+        **writes,
     )
-    def add_items(body: AddItems) -> dict[str, Any]:
-        if len(body.items) > config.max_batch_items:
-            raise invalid(("items",), f"at most {config.max_batch_items} items per request")
-        ids = [str(item.id) for item in body.items]
+    def add_items(body: models.AddItems) -> dict[str, Any]:
+        ids = [item.id for item in body.items]
         if len(set(ids)) != len(ids):
             raise invalid(("items",), "duplicate ids")
         for i, item in enumerate(body.items):
-            if len(item.x) != view.n_features:
-                msg = f"expected {view.n_features} features, got {len(item.x)}"
-                raise invalid(("items", i, "x"), msg)
             if body.gallery and item.label is None:
                 raise invalid(("items", i, "label"), "gallery items need a label")
         x = np.array([item.x for item in body.items], dtype=np.float32)
-        bad = ~np.isfinite(x).all(axis=1)
-        if bad.any():
-            raise invalid(("items", int(np.argmax(bad)), "x"), "NaN or infinite value")
         labels = [MISSING_LABEL if item.label is None else item.label for item in body.items]
-        version = view.catalog.add(ids, x, np.array(labels, dtype=np.int64), gallery=body.gallery)
+        try:
+            version = view.catalog.add(
+                ids, x, np.array(labels, dtype=np.int64), gallery=body.gallery
+            )
+        except (ValueError, DecodeError) as exc:  # e.g. a gallery file of another dimension
+            raise invalid(("items",), str(exc)) from None
         view.publisher.gallery_changed()
         view.items_synced(version)  # constraints sent after this answer may name the new ids
         return {"added": len(ids), "items_version": version}
@@ -269,11 +224,12 @@ def create_app(view: ServiceView) -> FastAPI:
     @app.delete(
         "/v1/items",
         summary="Remove items from the item store and the gallery",
-        dependencies=[Depends(authorised)],
+        responses=_responses(401, 404, 413),
+        **writes,
     )
-    def remove_items(body: RemoveItems) -> dict[str, Any]:
+    def remove_items(body: models.RemoveItems) -> dict[str, Any]:
         try:
-            removed, version = view.catalog.remove([str(i) for i in body.ids])
+            removed, version = view.catalog.remove(body.ids)
         except DecodeError as exc:
             raise HTTPException(404, exc.detail) from None
         view.publisher.gallery_changed()
@@ -298,6 +254,7 @@ def create_app(view: ServiceView) -> FastAPI:
                 "gallery_items": len(snap.gallery_ids),
             }
         )
+        status["snapshot_error"] = view.publisher.error  # why the latest build failed, if it did
         status["items"] = {
             "store": len(view.catalog.items),
             "gallery": len(view.catalog.gallery),
@@ -305,17 +262,26 @@ def create_app(view: ServiceView) -> FastAPI:
         }
         return status
 
-    @app.get("/healthz", summary="Liveness: the learner thread is alive")
+    @app.get(
+        "/healthz",
+        summary="Liveness: the learner process has not failed",
+        responses={500: {"description": "the learner process failed"}},
+    )
     def healthz() -> JSONResponse:
         ok = view.healthy()
         return JSONResponse({"status": "ok" if ok else "failed"}, status_code=200 if ok else 500)
 
-    @app.get("/readyz", summary="Readiness: source connected and a model snapshot published")
+    @app.get(
+        "/readyz",
+        summary="Readiness: source connected and a model snapshot published",
+        responses={503: {"description": "not ready: see checks and snapshot_error"}},
+    )
     def readyz() -> JSONResponse:
         checks = view.readiness()
         ok = all(checks.values())
         view.metrics.ready.set(1 if ok else 0)
-        return JSONResponse({"ready": ok, "checks": checks}, status_code=200 if ok else 503)
+        body = {"ready": ok, "checks": checks, "snapshot_error": view.publisher.error}
+        return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
     def metrics() -> Response:
@@ -324,6 +290,42 @@ def create_app(view: ServiceView) -> FastAPI:
         return Response(view.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def _bearer(token: str | None) -> Callable[..., None]:
+    """The dependency of the write endpoints: the bearer token, when the service has one.
+
+    Tokens are compared as bytes (the header's own bytes, which Starlette reads as latin-1, and
+    the configured token in UTF-8), in constant time: any header value is answered 200 or 401.
+    """
+    expected = None if token is None else token.encode("utf-8")
+    scheme = HTTPBearer(auto_error=False, description="the service's --auth-token")
+
+    def authorised(
+        credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(scheme)],
+    ) -> None:
+        if expected is None:
+            return
+        given = b"" if credentials is None else credentials.credentials.encode("latin-1")
+        if credentials is None or not hmac.compare_digest(given, expected):
+            raise HTTPException(
+                401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
+            )
+
+    return authorised
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """422 in FastAPI's format, with the offending value echoed only as JSON can carry it (a NaN,
+    a 10 MB string or a 4,000-digit integer in a body must not make the answer fail)."""
+    assert isinstance(exc, RequestValidationError)
+    detail = []
+    for error in exc.errors():
+        item = {"loc": list(error["loc"]), "msg": str(error["msg"]), "type": str(error["type"])}
+        if "input" in error:
+            item["input"] = json_safe(error["input"])
+        detail.append(item)
+    return JSONResponse({"detail": detail}, status_code=422)
 
 
 def _lookup(catalog: Catalog, item_id: str, loc: tuple[Any, ...]) -> np.ndarray:

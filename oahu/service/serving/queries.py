@@ -30,6 +30,16 @@ class NotReady(RuntimeError):
     """No snapshot published yet, or the gallery a query needs is empty."""
 
 
+class NotFinite(ValueError):
+    """The model's embedding of some of a request's items (``rows``; pairs for verify) is not
+    finite: finite features near float32's limits can overflow its arithmetic. Only that request
+    fails; the others batched with it are answered."""
+
+    def __init__(self, rows: list[int]) -> None:
+        super().__init__(f"the model's embedding of item(s) {rows} is not finite")
+        self.rows = rows
+
+
 @dataclass
 class _Job:
     op: str
@@ -121,7 +131,10 @@ class QueryEngine:
                 job.future.set_exception(exc)
             return
         for job, result in zip(jobs, results, strict=True):
-            job.future.set_result((result, snapshot))
+            if isinstance(result, NotFinite):
+                job.future.set_exception(result)
+            else:
+                job.future.set_result((result, snapshot))
 
 
 def _split(n_rows: list[int]) -> list[slice]:
@@ -129,30 +142,52 @@ def _split(n_rows: list[int]) -> list[slice]:
     return [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
 
 
+def _finite_rows(emb: np.ndarray) -> np.ndarray:
+    """Which items (axis 1 of ``emb``, (depths, n, dim)) have finite embeddings; the others are
+    zeroed in place so that they cannot disturb the search of the rest of the batch."""
+    finite = np.isfinite(emb).all(axis=(0, 2))
+    if not finite.all():
+        emb[:, ~finite] = 0.0
+    return finite
+
+
+def _per_request(results: list[Any], parts: list[slice], finite: np.ndarray) -> list[Any]:
+    return [
+        result if finite[s].all() else NotFinite(np.flatnonzero(~finite[s]).tolist())
+        for result, s in zip(results, parts, strict=True)
+    ]
+
+
 def _compute(op: str, param: Any, snap: Snapshot, xs: list[np.ndarray]) -> list[Any]:
-    """One pass for all inputs of a group; the answers split back per request."""
+    """One pass for all inputs of a group; the answers split back per request (a
+    :class:`NotFinite` for a request whose items the model cannot embed)."""
     if op == "verify":
         parts = _split([x.shape[1] for x in xs])
         pairs = np.concatenate(xs, axis=1)
         emb = snap.learner.embed(np.concatenate([pairs[0], pairs[1]]), role="query")
         n = pairs.shape[1]
+        finite = _finite_rows(emb)
         out = verify(
             emb[:, :n], emb[:, n:], snap.alpha, threshold=param, metric=snap.learner.metric
         )
-        return [
+        results = [
             {"similar": out.similar[s], "vote": out.vote[s], "score": out.score[s]} for s in parts
         ]
+        return _per_request(results, parts, finite[:n] & finite[n:])
     parts = _split([len(x) for x in xs])
     emb = snap.learner.embed(np.concatenate(xs), role="query")
+    finite = _finite_rows(emb)
     if op == "embed":
-        return [emb[:, s] for s in parts]
+        return _per_request([emb[:, s] for s in parts], parts, finite)
     if snap.index is None:
         raise NotReady("the gallery is empty: add labelled items with POST /v1/items")
     if op == "classify":
         result = classify(snap.index, emb, snap.alpha, k=param)
-        return [
+        results = [
             {"labels": result.labels[s], "classes": result.classes, "scores": result.scores[s]}
             for s in parts
         ]
-    found = retrieve(snap.index, emb, snap.alpha, k=param)
-    return [{"positions": found.positions[s], "scores": found.scores[s]} for s in parts]
+    else:
+        found = retrieve(snap.index, emb, snap.alpha, k=param)
+        results = [{"positions": found.positions[s], "scores": found.scores[s]} for s in parts]
+    return _per_request(results, parts, finite)

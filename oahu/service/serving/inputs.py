@@ -1,0 +1,213 @@
+"""What the HTTP API accepts: one definition of each kind of value and the request bodies built
+from them, so every endpoint refuses the same inputs the same way, with a 422 naming the field.
+
+- An item id (:data:`ItemId`) is a non-empty string of at most ``MAX_ID_LENGTH`` characters
+  without control characters, or an int64 integer; never a boolean. It is normalised to the
+  string the item store keys it by (``17`` and ``"17"`` are one item).
+- Numbers are strict: booleans and strings are not numbers, and every float is finite
+  (:data:`FiniteFloat`); a feature (:data:`Feature`) also fits float32, what the model reads.
+- A label (:data:`Label`) is an int64 other than ``-2^63``, which stores "no label".
+
+Request bodies depend on the served model (features per item) and on ``--max-batch-items``, so
+:func:`request_models` makes them per app: the OpenAPI schema then states the exact limits the
+server applies (``minItems``/``maxItems``), and the schema and the server agree on what is valid.
+"""
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
+from pydantic_core import PydanticCustomError
+
+from oahu.connectors.constraint import MISSING_LABEL
+
+MAX_ID_LENGTH = 256  # characters of a string id
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_KINDS = {bool: "a boolean", type(None): "null", float: "a number", list: "an array"}
+
+
+def item_id(value: Any) -> str:
+    """The store key of an id given through the API (see the module docstring); raises a
+    pydantic error (422) otherwise.
+
+    >>> item_id(17), item_id("a b"), item_id(-(2**63))
+    ('17', 'a b', '-9223372036854775808')
+    >>> item_id(True)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.PydanticCustomError: an item id is ... not a boolean
+    """
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        kind = _KINDS.get(type(value), type(value).__name__)
+        raise PydanticCustomError(
+            "item_id", "an item id is a non-empty string or an integer, not {kind}", {"kind": kind}
+        )
+    if isinstance(value, int):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise PydanticCustomError("item_id", "an integer item id must fit in int64")
+        return str(value)
+    if not value:
+        raise PydanticCustomError("item_id", "an item id must not be empty")
+    if len(value) > MAX_ID_LENGTH:
+        raise PydanticCustomError(
+            "item_id",
+            "an item id has at most {max} characters, this one {n}",
+            {"max": MAX_ID_LENGTH, "n": len(value)},
+        )
+    if _CONTROL.search(value):
+        raise PydanticCustomError("item_id", "an item id must not contain control characters")
+    return value
+
+
+ItemId = Annotated[
+    str,
+    PlainValidator(item_id),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_ID_LENGTH,
+                    "pattern": "^[^\\u0000-\\u001f\\u007f]*$",
+                },
+                {"type": "integer", "minimum": INT64_MIN, "exclusiveMaximum": INT64_MAX + 1},
+            ],
+            "description": f"a string (1 to {MAX_ID_LENGTH} characters, no control characters) "
+            'or an int64 integer; 17 and "17" name the same item',
+        }
+    ),
+]
+FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Feature = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
+# Bounds are written as ±2^63 (exclusive where needed): OpenAPI's models store them as floats,
+# and 2^63 - 1 as a float is 2^63.
+Label = Annotated[int, Field(strict=True, gt=MISSING_LABEL, lt=INT64_MAX + 1)]
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+
+
+@dataclass(frozen=True)
+class RequestModels:
+    """The request bodies of one app (classes made by :func:`request_models`)."""
+
+    ItemRef: type[BaseModel]
+    ItemsQuery: type[BaseModel]
+    NeighbourQuery: type[BaseModel]
+    Pair: type[BaseModel]
+    VerifyQuery: type[BaseModel]
+    NewItem: type[BaseModel]
+    AddItems: type[BaseModel]
+    RemoveItems: type[BaseModel]
+
+
+def _one_of_id_or_x(schema: dict[str, Any]) -> None:
+    schema["oneOf"] = [{"required": ["id"]}, {"required": ["x"]}]
+    for name in ("id", "x"):
+        schema["properties"][name].pop("default", None)
+
+
+def request_models(n_features: int, max_items: int) -> RequestModels:
+    """Request bodies for a model of ``n_features`` inputs, with at most ``max_items`` items
+    (or pairs, or ids) per request.
+
+    >>> m = request_models(n_features=2, max_items=3)
+    >>> m.ItemsQuery.model_validate({"items": [{"id": 7}, {"x": [0, 1.5]}]}).items[0].id
+    '7'
+    >>> m.ItemsQuery.model_validate({"items": [{"id": 7, "x": [0, 1]}]})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for ItemsQuery
+    items.0
+      Value error, give exactly one of 'id' and 'x' [type=value_error, ...
+    """
+    Features = Annotated[
+        list[Feature],
+        Field(
+            min_length=n_features,
+            max_length=n_features,
+            description=f"feature vector: {n_features} finite numbers",
+        ),
+    ]
+
+    def batch(what: str) -> Any:
+        return Field(min_length=1, max_length=max_items, description=f"1 to {max_items} {what}")
+
+    class ItemRef(BaseModel):
+        """An item given inline (``x``) or by ``id`` (item store, then gallery): exactly one."""
+
+        model_config = ConfigDict(**_STRICT, json_schema_extra=_one_of_id_or_x)
+        id: ItemId = Field(None, description="id of a stored item")  # type: ignore[assignment]
+        x: Features = Field(None)  # type: ignore[assignment]
+
+        @model_validator(mode="after")
+        def _one_of(self) -> "ItemRef":
+            if (self.id is None) == (self.x is None):
+                raise ValueError("give exactly one of 'id' and 'x'")
+            return self
+
+    class ItemsQuery(BaseModel):
+        model_config = _STRICT
+        items: list[ItemRef] = batch("items")
+
+    class NeighbourQuery(ItemsQuery):
+        k: int | None = Field(None, ge=1, le=1000, description="neighbours per depth")
+
+    class Pair(BaseModel):
+        model_config = _STRICT
+        left: ItemRef
+        right: ItemRef
+
+    class VerifyQuery(BaseModel):
+        model_config = _STRICT
+        pairs: list[Pair] = batch("pairs")
+        threshold: FiniteFloat = Field(0.5, description="T of Eq. 26")
+
+    class NewItem(BaseModel):
+        model_config = _STRICT
+        id: ItemId
+        x: Features
+        label: Label | None = Field(None, description="class label (int64, not -2^63)")
+
+    class AddItems(BaseModel):
+        model_config = _STRICT
+        items: list[NewItem] = batch("items")
+        gallery: bool = Field(True, description="also add the items to the gallery (needs labels)")
+
+    class RemoveItems(BaseModel):
+        model_config = _STRICT
+        ids: list[ItemId] = batch("ids")
+
+    return RequestModels(
+        ItemRef, ItemsQuery, NeighbourQuery, Pair, VerifyQuery, NewItem, AddItems, RemoveItems
+    )
+
+
+def json_safe(value: Any, max_chars: int = 80) -> Any:
+    """``value`` as a validation error may echo it in JSON: finite, short and plain (NaN and
+    infinities as strings, long strings and huge integers cut, containers summarised).
+
+    >>> json_safe(float("nan")), json_safe("x" * 100)[-4:], json_safe(2**200)
+    ('nan', 'xxx…', 'an integer of 201 bits')
+    >>> json_safe([1, 2]), json_safe({"a": 1})
+    ('an array of 2 values', 'an object')
+    """
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        in_range = INT64_MIN <= value <= INT64_MAX
+        return value if in_range else f"an integer of {value.bit_length()} bits"
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, str):
+        return value if len(value) <= max_chars else value[:max_chars] + "…"
+    if isinstance(value, list | tuple):
+        return f"an array of {len(value)} values"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__

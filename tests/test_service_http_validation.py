@@ -1,0 +1,550 @@
+"""What the HTTP API accepts, against a real in-process service: ids, numbers, labels, tokens and
+sizes are either accepted (and then behave) or refused with 401/413/422 naming the field, never
+answered 5xx; a failed snapshot build never leaves the service unready for good; and the OpenAPI
+schema describes what the server does (schemathesis fuzzes the app against it)."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import schemathesis
+from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    negative_data_rejection,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from service_support import make_stream, wait_until
+
+from oahu.registry import make_learner
+from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
+from oahu.service.config import ServiceConfig
+from oahu.service.metrics import ServiceMetrics
+from oahu.service.serving import snapshot as snapshot_module
+from oahu.service.serving.app import Service
+from oahu.service.serving.inputs import FLOAT32_MAX, INT64_MAX, INT64_MIN, MAX_ID_LENGTH
+from oahu.service.serving.snapshot import SnapshotPublisher, build_snapshot
+
+N = 200
+D = 64  # digits
+TOKEN = "s3cret-é"  # not ASCII: clients send it as UTF-8
+AUTH = {"Authorization": b"Bearer " + TOKEN.encode()}
+MAX_ITEMS = 16
+MAX_BYTES = 200_000
+FUZZ = settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def start_service(stream_file: Path, state: Path) -> Service:
+    service = Service(
+        ServiceConfig(
+            source=stream_file.as_uri(),
+            checkpoint_dir=str(state),
+            reindex_interval=0.05,
+            auth_token=TOKEN,
+            max_request_bytes=MAX_BYTES,
+            max_batch_items=MAX_ITEMS,
+        )
+    )
+    service.start()
+    wait_until(lambda: service.status["constraints_consumed"] == N, 60, "the stream")
+    wait_until(lambda: service.publisher.current is not None, 30, "a snapshot")
+    return service
+
+
+@pytest.fixture(scope="module")
+def stream_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_stream(tmp_path_factory.mktemp("stream"), N, seed=5)
+
+
+@pytest.fixture(scope="module")
+def running(stream_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    service = start_service(stream_file, tmp_path_factory.mktemp("state"))
+    with TestClient(service.app) as client:
+        yield service, client
+    service.shutdown()
+
+
+@pytest.fixture(scope="module")
+def client(running: Any) -> TestClient:
+    return running[1]
+
+
+def x(value: float = 0.5) -> list[float]:
+    return [value] * D
+
+
+def errors(response: Any) -> list[dict[str, Any]]:
+    assert response.status_code == 422, response.text
+    return response.json()["detail"]
+
+
+def locs(response: Any) -> list[list[Any]]:
+    return [e["loc"] for e in errors(response)]
+
+
+# ---------------------------------------------------------------------- tokens
+def test_a_non_ascii_token_is_compared_as_bytes(client: TestClient) -> None:
+    body = {"items": [{"id": "tok", "x": x(), "label": 1}]}
+    assert client.post("/v1/items", json=body, headers=AUTH).status_code == 200
+    for token in ("s3cret-è", "s3cret-", "\xff", "", TOKEN.upper()):
+        headers = {"Authorization": b"Bearer " + token.encode()}
+        response = client.post("/v1/items", json=body, headers=headers)
+        assert response.status_code == 401
+        assert response.json() == {"detail": "a valid bearer token is required"}
+        assert response.headers["www-authenticate"] == "Bearer"
+
+
+@FUZZ
+@given(token=st.binary(max_size=64).filter(lambda b: not {13, 10} & set(b) and b != TOKEN.encode()))
+def test_arbitrary_tokens_get_401(client: TestClient, token: bytes) -> None:
+    for header in (b"Bearer " + token, token):
+        response = client.request(
+            "DELETE", "/v1/items", json={"ids": ["nothing"]}, headers={"Authorization": header}
+        )
+        assert response.status_code == 401
+
+
+# ---------------------------------------------------------------------- ids
+BAD_IDS = [
+    (False, "not a boolean"),
+    (True, "not a boolean"),
+    ("", "must not be empty"),
+    ("x" * (MAX_ID_LENGTH + 1), f"at most {MAX_ID_LENGTH} characters, this one 257"),
+    (2**63, "must fit in int64"),
+    (INT64_MIN - 1, "must fit in int64"),
+    (None, "not null"),
+    (1.0, "not a number"),
+    ([1], "not an array"),
+    ("a\x00", "control characters"),
+    ("tab\there", "control characters"),
+]
+
+
+@pytest.mark.parametrize(("bad", "msg"), BAD_IDS)
+def test_bad_ids_get_422_naming_the_field_everywhere(client: TestClient, bad: Any, msg: str):
+    for method, path, body, loc in [
+        ("DELETE", "/v1/items", {"ids": ["0", bad]}, ["body", "ids", 1]),
+        ("POST", "/v1/items", {"items": [{"id": bad, "x": x()}]}, ["body", "items", 0, "id"]),
+        ("POST", "/v1/embed", {"items": [{"id": bad}]}, ["body", "items", 0, "id"]),
+        ("POST", "/v1/classify", {"items": [{"x": x()}, {"id": bad}]}, ["body", "items", 1, "id"]),
+        ("POST", "/v1/retrieve", {"items": [{"id": bad}], "k": 2}, ["body", "items", 0, "id"]),
+        (
+            "POST",
+            "/v1/verify",
+            {"pairs": [{"left": {"id": "0"}, "right": {"id": bad}}]},
+            ["body", "pairs", 0, "right", "id"],
+        ),
+    ]:  # fmt: skip
+        response = client.request(method, path, json=body, headers=AUTH)
+        [error] = errors(response)
+        assert error["loc"] == loc, (path, error)
+        assert msg in error["msg"]
+        assert error["type"] == "item_id"
+
+
+def test_a_boolean_id_deletes_nothing(running: Any) -> None:
+    service, client = running
+    assert "0" in service.catalog.items
+    version = service.catalog.version
+    response = client.request("DELETE", "/v1/items", json={"ids": [False]}, headers=AUTH)
+    assert response.status_code == 422
+    assert "0" in service.catalog.items and service.catalog.version == version
+
+
+def test_int64_ids_and_their_strings_are_one_item(client: TestClient) -> None:
+    for item_id in (INT64_MAX, INT64_MIN):
+        body = {"items": [{"id": item_id, "x": x(0.25), "label": 3}]}
+        assert client.post("/v1/items", json=body, headers=AUTH).status_code == 200
+        found = client.post("/v1/embed", json={"items": [{"id": str(item_id)}]})
+        assert found.status_code == 200
+        gone = client.request("DELETE", "/v1/items", json={"ids": [str(item_id)]}, headers=AUTH)
+        assert gone.json()["removed"] == 1
+
+
+def test_long_ids_and_large_requests_are_bounded(running: Any) -> None:
+    service, client = running
+    longest = "é" * MAX_ID_LENGTH
+    body = {"items": [{"id": longest, "x": x(), "label": 2}]}
+    assert client.post("/v1/items", json=body, headers=AUTH).status_code == 200
+    assert longest in service.catalog.gallery
+    huge = {"items": [{"id": "x" * 10_000_000, "x": x(), "label": 2}]}  # the tester's 10 MB id
+    response = client.post("/v1/items", json=huge, headers=AUTH)
+    assert response.status_code == 413
+    assert response.json() == {"detail": f"request body larger than {MAX_BYTES} bytes"}
+    too_many = {"items": [{"id": str(i), "x": x(), "label": 1} for i in range(MAX_ITEMS + 1)]}
+    response = client.post("/v1/items", json=too_many, headers=AUTH)
+    assert locs(response) == [["body", "items"]]
+    assert f"at most {MAX_ITEMS} items" in errors(response)[0]["msg"]
+    pair = {"left": {"id": 1}, "right": {"x": x()}}
+    for path, body, loc in [
+        ("/v1/classify", {"items": [{"x": x()}] * (MAX_ITEMS + 1)}, ["body", "items"]),
+        ("/v1/verify", {"pairs": [pair] * (MAX_ITEMS + 1)}, ["body", "pairs"]),
+        ("/v1/items", {"ids": ["a"] * (MAX_ITEMS + 1)}, ["body", "ids"]),
+    ]:  # fmt: skip
+        method = "DELETE" if "ids" in body else "POST"
+        assert locs(client.request(method, path, json=body, headers=AUTH)) == [loc]
+    short = client.post("/v1/embed", json={"items": [{"x": [0.5] * (D - 1)}]})
+    assert locs(short) == [["body", "items", 0, "x"]]
+    assert (
+        errors(short)[0]["msg"] == f"List should have at least {D} items after validation, not 63"
+    )
+    wait_until(lambda: not service.publisher._stale_gallery(), 30, "the gallery re-indexed")
+    assert service.publisher.error is None
+
+
+def valid_id(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return INT64_MIN <= value <= INT64_MAX
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_ID_LENGTH
+        and not any(ord(c) < 32 or ord(c) == 127 for c in value)
+    )
+
+
+ANY_ID = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.booleans(),
+    st.none(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=300),
+    st.text(alphabet=st.characters(codec="utf-8"), min_size=1, max_size=5),
+)
+
+
+@FUZZ
+@given(item_id=ANY_ID)
+def test_arbitrary_ids_are_stored_and_found_or_refused(running: Any, item_id: Any) -> None:
+    service, client = running
+    if valid_id(item_id):  # the stream's items (ids "0" to "1796") stay for the other tests
+        assume(
+            str(item_id) not in service.catalog.items
+            and str(item_id) not in service.catalog.gallery
+        )
+    body = {"items": [{"id": item_id, "x": x(0.75), "label": 4}], "gallery": False}
+    added = client.post("/v1/items", json=body, headers=AUTH)
+    if not valid_id(item_id):
+        assert locs(added) == [["body", "items", 0, "id"]]
+        query = client.post("/v1/embed", json={"items": [{"id": item_id}]})
+        assert locs(query) == [["body", "items", 0, "id"]]
+        return
+    assert added.status_code == 200, added.text
+    key = str(item_id)
+    assert key in service.catalog.items
+    np.testing.assert_array_equal(service.catalog.items.get([key])[0], np.float32(0.75))
+    embed = client.post("/v1/embed", json={"items": [{"id": item_id}, {"x": x(0.75)}]})
+    assert embed.status_code == 200
+    by_id, inline = embed.json()["embeddings"]
+    assert by_id == inline
+    removed = client.request("DELETE", "/v1/items", json={"ids": [item_id]}, headers=AUTH)
+    assert removed.status_code == 200 and removed.json()["removed"] == 1
+    assert key not in service.catalog.items
+    again = client.request("DELETE", "/v1/items", json={"ids": [item_id]}, headers=AUTH)
+    assert again.status_code == 404
+
+
+# ---------------------------------------------------------------------- numbers and labels
+@pytest.mark.parametrize(
+    ("label", "msg"),
+    [
+        (2**63, "less than 9223372036854775808"),
+        (INT64_MIN - 1, "greater than -9223372036854775808"),
+        (INT64_MIN, "greater than -9223372036854775808"),  # it stores "no label"
+        (1e30, "valid integer"),
+        (True, "valid integer"),
+        ("3", "valid integer"),
+    ],
+)
+def test_labels_are_int64(client: TestClient, label: Any, msg: str) -> None:
+    body = {"items": [{"id": "lab", "x": x(), "label": label}]}
+    [error] = errors(client.post("/v1/items", json=body, headers=AUTH))
+    assert error["loc"] == ["body", "items", 0, "label"] and msg in error["msg"]
+    if isinstance(label, int) and not INT64_MIN <= label <= INT64_MAX:
+        assert error["input"] == f"an integer of {label.bit_length()} bits"
+    else:
+        assert error["input"] == label
+
+
+def test_extreme_labels_are_stored_and_returned(running: Any) -> None:
+    service, client = running
+    for label in (INT64_MAX, INT64_MIN + 1):
+        body = {"items": [{"id": f"label-{label}", "x": x(0.1), "label": label}]}
+        assert client.post("/v1/items", json=body, headers=AUTH).status_code == 200
+        assert service.catalog.gallery.labels([f"label-{label}"]).tolist() == [label]
+
+
+PAIR = '{"pairs": [{"left": {"id": "0"}, "right": {"id": "1"}}], '
+
+
+@pytest.mark.parametrize(
+    ("raw", "loc", "shown"),
+    [
+        (PAIR + '"threshold": NaN}', ["body", "threshold"], "nan"),
+        (PAIR + '"threshold": Infinity}', ["body", "threshold"], "inf"),
+        (PAIR + '"threshold": 1e999}', ["body", "threshold"], "inf"),
+        (PAIR + '"threshold": "0.5"}', ["body", "threshold"], "0.5"),
+        (PAIR + '"threshold": true}', ["body", "threshold"], True),
+        ('{"items": [{"x": [' + "0," * 63 + '-Infinity]}]}', ["body", "items", 0, "x", 63], "-inf"),
+        ('{"items": [{"x": [1e39' + ",0" * 63 + "]}]}", ["body", "items", 0, "x", 0], 1e39),
+        ('{"items": [{"x": [false' + ",0" * 63 + "]}]}", ["body", "items", 0, "x", 0], False),
+        ('{"items": [{"x": [0' + ",0" * 63 + "]}], \"k\": true}", ["body", "k"], True),
+        ('{"items": [{"x": [0' + ",0" * 63 + "]}], \"k\": 2.0}", ["body", "k"], 2.0),
+    ],
+)  # fmt: skip
+def test_numbers_are_finite_and_strict(client: TestClient, raw: str, loc: list, shown: Any):
+    path = "/v1/verify" if "pairs" in raw else "/v1/classify"
+    response = client.post(path, content=raw, headers={"content-type": "application/json"})
+    [error] = errors(response)
+    assert error["loc"] == loc and error["input"] == shown
+
+
+def test_a_validation_error_on_a_huge_integer_or_string_is_answered(client: TestClient) -> None:
+    digits = "9" * 4000  # within Python's int-to-str limit, far outside int64
+    raw = '{"items": [{"id": "h", "x": [0' + ",0" * 63 + '], "label": ' + digits + "}]}"
+    response = client.post(
+        "/v1/items", content=raw, headers={**AUTH, "content-type": "application/json"}
+    )
+    assert errors(response)[0]["input"] == "an integer of 13288 bits"
+    over = "9" * 5000  # beyond it: pydantic-core's JSON parser refuses the number
+    raw = raw.replace(digits, over)
+    response = client.post(
+        "/v1/items", content=raw, headers={**AUTH, "content-type": "application/json"}
+    )
+    assert errors(response)[0]["type"] == "json_invalid"
+    long = client.post("/v1/items", json={"items": [{"id": "y" * 100_000, "x": x()}]}, headers=AUTH)
+    assert len(errors(long)[0]["input"]) == 81  # cut to 80 characters and an ellipsis
+
+
+@FUZZ
+@given(
+    threshold=st.one_of(st.floats(), st.integers(-(2**70), 2**70), st.booleans()),
+    feature=st.one_of(st.floats(), st.integers(-(2**70), 2**70)),
+)
+def test_arbitrary_numbers_are_answered_or_refused(client: TestClient, threshold, feature) -> None:
+    body = json.dumps(
+        {
+            "pairs": [{"left": {"x": x()}, "right": {"x": [feature, *x()[1:]]}}],
+            "threshold": threshold,
+        }
+    )  # json.dumps writes NaN and Infinity, which the server's parser reads
+    response = client.post("/v1/verify", content=body, headers={"content-type": "application/json"})
+    threshold_ok = not isinstance(threshold, bool) and math.isfinite(threshold)
+    feature_ok = math.isfinite(feature) and abs(feature) <= FLOAT32_MAX
+    if threshold_ok and feature_ok:
+        assert response.status_code == 200, response.text
+        [result] = response.json()["results"]
+        assert result["similar"] == (result["vote"] >= 0.5)  # Eq. 26's majority of depths
+        if threshold <= 0:  # a depth votes similar when D/2 < T, and D >= 0
+            assert result["vote"] == 0.0
+        if threshold > 1:  # unit embeddings: D/2 <= 1
+            assert result["vote"] == pytest.approx(1.0)
+        return
+    expected = []
+    if not feature_ok:
+        expected.append(["body", "pairs", 0, "right", "x", 0])
+    if not threshold_ok:
+        expected.append(["body", "threshold"])
+    assert sorted(locs(response)) == sorted(expected)
+
+
+def test_unknown_ids_are_named_where_they_are(client: TestClient) -> None:
+    body = {"items": [{"id": "somebody", "x": x(), "label": 1}]}
+    assert client.post("/v1/items", json=body, headers=AUTH).status_code == 200
+    pairs = {"pairs": [{"left": {"id": "somebody"}, "right": {"id": "somebody"}}] * 2}
+    pairs["pairs"][1] = {"left": {"id": "somebody"}, "right": {"id": "nobody"}}
+    [error] = errors(client.post("/v1/verify", json=pairs))
+    assert error["loc"] == ["body", "pairs", 1, "right", "id"]
+    assert error["msg"] == "unknown item id 'nobody'"
+
+
+def test_features_too_large_for_the_model_get_422_not_500(client: TestClient) -> None:
+    """Found by schemathesis: finite float32 features near 3e38 overflow the model's arithmetic,
+    and the answer (NaN) is not JSON."""
+    big = x(0.0)  # what it found, rounded
+    big[-2:] = 2.7108289254122374e38, -2.9722555959888726e38
+    items = {"items": [{"x": x()}, {"x": big}]}
+    for path in ("/v1/embed", "/v1/classify", "/v1/retrieve"):
+        body = items if path == "/v1/embed" else {**items, "k": 257}
+        [error] = errors(client.post(path, json=body))
+        assert error["loc"] == ["body", "items", 1], path
+        assert "not finite" in error["msg"]
+    pairs = {
+        "pairs": [
+            {"left": {"x": x()}, "right": {"x": x()}},
+            {"left": {"x": big}, "right": {"x": x()}},
+        ]
+    }
+    [error] = errors(client.post("/v1/verify", json=pairs))
+    assert error["loc"] == ["body", "pairs", 1]
+
+
+# ---------------------------------------------------------------------- snapshot builds
+def small_catalog(tmp_path: Path, ids: list[str]) -> Catalog:
+    gallery = ItemStore(dim=2)
+    gallery.add(ids, np.eye(2)[np.arange(len(ids)) % 2], y=np.arange(len(ids)) % 2)
+    return Catalog(ItemStore(dim=2), gallery, tmp_path / "overlay.npz")
+
+
+def test_a_gallery_with_a_very_long_id_still_builds(tmp_path: Path) -> None:
+    """An id of 10 MB (what an earlier version accepted) made every build allocate 40 MB per
+    gallery item, as a fixed-width str array; ids are an object array now."""
+    ids = [str(i) for i in range(1000)] + ["x" * 10_000_000]
+    from oahu.persistence import learner_to_bytes
+
+    snap = build_snapshot(
+        learner_to_bytes(make_learner("euclidean", 2)), small_catalog(tmp_path, ids), 1
+    )
+    assert snap.gallery_ids.dtype == object and snap.gallery_ids.tolist() == ids
+    assert snap.index.n_items == 1001
+
+
+def test_a_restart_with_a_huge_id_in_the_overlay_becomes_ready(stream_file, tmp_path) -> None:
+    """The tester's case: an earlier version stored an item with a 10 MB id through the API;
+    after a restart the service never became ready. It does now, and serves that item."""
+    huge = "x" * 10_000_000
+    overlay = Catalog(ItemStore(dim=D), ItemStore(dim=D), tmp_path / OVERLAY_FILE)
+    overlay.add([huge], [x(0.9)], [3], gallery=True)
+    service = start_service(stream_file, tmp_path)
+    try:
+        assert huge in service.catalog.gallery and service.publisher.error is None
+        with TestClient(service.app) as client:
+            assert client.get("/readyz").status_code == 200
+            hits = client.post("/v1/retrieve", json={"items": [{"x": x(0.9)}], "k": 1})
+            assert hits.json()["results"][0][0]["id"] == huge
+    finally:
+        service.shutdown()
+
+
+def test_a_failed_build_is_retried_until_it_succeeds(tmp_path: Path, monkeypatch, caplog) -> None:
+    from oahu.persistence import learner_to_bytes
+
+    monkeypatch.setattr(snapshot_module, "RETRY_FIRST_SECONDS", 0.05)
+    real, calls = snapshot_module.build_snapshot, []
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) <= 3:
+            raise MemoryError(f"attempt {len(calls)}")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot_module, "build_snapshot", flaky)
+    publisher = SnapshotPublisher(small_catalog(tmp_path, ["a", "b"]), ServiceMetrics())
+    publisher.start()
+    try:
+        publisher.submit(learner_to_bytes(make_learner("euclidean", 2)))  # submitted once only
+        wait_until(lambda: publisher.failures == 3, 10, "three failed builds")
+        assert publisher.current is None and publisher.error == "MemoryError: attempt 3"
+        assert publisher.wait_for(1, timeout=10)
+        assert publisher.error is None and publisher.failures == 0 and len(calls) == 4
+    finally:
+        publisher.stop()
+    failed = [r for r in caplog.records if "snapshot build failed" in r.getMessage()]
+    assert "still serving no snapshot yet (not ready); retrying in 0 s" in failed[0].getMessage()
+    assert failed[0].exc_info is not None
+
+
+def test_a_failed_build_keeps_serving_and_says_why(running: Any, monkeypatch) -> None:
+    service, client = running
+    monkeypatch.setattr(snapshot_module, "RETRY_FIRST_SECONDS", 0.3)
+    real, failing = snapshot_module.build_snapshot, threading.Event()
+    failing.set()
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        if failing.is_set():
+            raise MemoryError("no room for the gallery")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot_module, "build_snapshot", broken)
+    before = service.publisher.current.version
+    body = {"items": [{"id": "after-failure", "x": x(0.3), "label": 5}]}
+    assert client.post("/v1/items", json=body, headers=AUTH).status_code == 200
+    wait_until(lambda: service.publisher.error, 10, "the failed build")
+    ready = client.get("/readyz")
+    assert ready.status_code == 200  # the previous snapshot still answers
+    assert ready.json()["snapshot_error"] == "MemoryError: no room for the gallery"
+    assert (
+        client.get("/v1/model").json()["snapshot_error"] == "MemoryError: no room for the gallery"
+    )
+    assert (
+        client.post("/v1/classify", json={"items": [{"x": x()}]}).json()["model"]["snapshot"]
+        == before
+    )
+    failing.clear()
+    wait_until(lambda: service.publisher.error is None, 10, "a successful retry")
+    assert client.get("/readyz").json()["snapshot_error"] is None
+    assert client.get("/v1/model").json()["snapshot_error"] is None
+    hits = client.post("/v1/retrieve", json={"items": [{"id": "after-failure"}], "k": 1}).json()
+    assert hits["results"][0][0]["id"] == "after-failure"
+
+
+# ---------------------------------------------------------------------- the OpenAPI schema
+def test_the_schema_states_the_limits_and_the_answers(client: TestClient) -> None:
+    schema = client.get("/openapi.json").json()
+    paths, components = schema["paths"], schema["components"]["schemas"]
+    assert set(paths["/v1/items"]["post"]["responses"]) == {"200", "401", "413", "422"}
+    assert set(paths["/v1/items"]["delete"]["responses"]) == {"200", "401", "404", "413", "422"}
+    for path in ("/v1/embed", "/v1/classify", "/v1/retrieve", "/v1/verify"):
+        assert set(paths[path]["post"]["responses"]) == {"200", "413", "422", "503"}
+    assert paths["/v1/items"]["post"]["security"] == [{"HTTPBearer": []}]
+    ref = components["ItemRef"]
+    assert ref["oneOf"] == [{"required": ["id"]}, {"required": ["x"]}]
+    assert ref["additionalProperties"] is False
+    assert ref["properties"]["x"]["minItems"] == ref["properties"]["x"]["maxItems"] == D
+    ids = ref["properties"]["id"]["anyOf"]
+    assert ids[0]["maxLength"] == MAX_ID_LENGTH
+    assert (ids[1]["minimum"], ids[1]["exclusiveMaximum"]) == (-(2**63), 2**63)
+    assert components["AddItems"]["properties"]["items"]["maxItems"] == MAX_ITEMS
+    label = components["NewItem"]["properties"]["label"]["anyOf"][0]
+    assert (label["exclusiveMinimum"], label["exclusiveMaximum"]) == (-(2**63), 2**63)
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(client, mode) -> None:
+    """Requests generated from the app's own OpenAPI schema, valid and invalid, with and without
+    the token: never 5xx, every answer's status and body as the schema documents, and every
+    request the schema calls invalid refused. Last in this file: it may change any item."""
+    schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
+    checks = [
+        not_a_server_error,
+        status_code_conformance,
+        content_type_conformance,
+        response_schema_conformance,
+    ]
+    if mode == GenerationMode.NEGATIVE:
+        checks.append(negative_data_rejection)
+    statuses: set[int] = set()
+
+    @settings(
+        max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    @given(case=schema.as_strategy(generation_mode=mode), authorised=st.booleans())
+    def fuzz(case: Any, authorised: bool) -> None:
+        # requests sends a header's str as latin-1: these characters are the token's UTF-8 bytes
+        token = f"Bearer {TOKEN}".encode().decode("latin-1")
+        headers = {"Authorization": token} if authorised else None
+        response = case.call_and_validate(headers=headers, checks=checks)
+        statuses.add(response.status_code)
+
+    fuzz()
+    assert max(statuses) < 500 and 422 in statuses
+    if mode == GenerationMode.POSITIVE:
+        assert 200 in statuses
