@@ -16,7 +16,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from service_support import REPO, assert_same_model, make_stream, train_reference
+from service_support import REPO, assert_same_model, make_stream, train_reference, wait_until
 from test_service_file import run_to_end  # the service over a whole file, shut down cleanly
 
 from oahu.baselines.rdml import RDML
@@ -180,6 +180,9 @@ def test_each_checkpoint_keeps_the_previous_two(tmp_path):
         write_checkpoint(path, trained_rdml(consumed), Progress({0: consumed}, consumed=consumed))
     kept = [read_checkpoint(f)[1].offsets for f in checkpoint_files(path)]
     assert kept == [{0: 40}, {0: 30}, {0: 20}]
+    # the same model again (nothing consumed since) replaces the latest, keeping the older two
+    write_checkpoint(path, trained_rdml(40), Progress({0: 40}, consumed=40), keep_previous=False)
+    assert [read_checkpoint(f)[1].offsets for f in checkpoint_files(path)] == kept
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "checkpoint.1.pt",
         "checkpoint.2.pt",
@@ -203,6 +206,9 @@ def test_a_corrupt_latest_checkpoint_falls_back_to_the_previous_loudly(tmp_path,
     assert record.getMessage().startswith(f"CHECKPOINT FALLBACK: {path}: ")
     assert f"continuing from the earlier checkpoint {restored.path}" in record.getMessage()
     assert "offsets {0: 20}" in record.getMessage()
+    # the refused one is set aside, the restored one stays where it is
+    assert (tmp_path / "checkpoint.pt.corrupt").exists() and not path.exists()
+    assert restored.path.exists()
 
 
 def test_a_missing_latest_checkpoint_falls_back_too(tmp_path, caplog):
@@ -248,17 +254,18 @@ def metric(service: Service, name: str) -> float:
 def test_the_service_falls_back_past_corrupt_checkpoints_and_learns_each_record_once(
     tmp_path, caplog
 ):
-    """A service's checkpoints: 100, 200, 300 consumed, then the final one (300 again). With
-    the latest two corrupted, a restart continues from the third (model and offset 200), says
-    so in the log and in oahu_checkpoint_fallbacks_total, and replays records 200 to 299 into
-    that model: the result is the model of the whole stream learned once."""
+    """A service's checkpoints: 100, 200, 300 consumed (the final one, with nothing consumed
+    since, replaces the latest rather than pushing one out). With the latest two corrupted, a
+    restart continues from the third (model and offset 100), says so in the log and in
+    oahu_checkpoint_fallbacks_total, and replays records 100 to 299 into that model: the result
+    is the model of the whole stream learned once."""
     stream_file = make_stream(tmp_path, 300, seed=7)
     state = tmp_path / "state"
     first = run_to_end(stream_file, state, checkpoint_every=100, poll_records=50)
     assert metric(first, "oahu_checkpoint_fallbacks_total") == 0.0
     files = checkpoint_files(checkpoint_path(state))
     kept = [read_checkpoint(f) for f in files]
-    assert [progress.offsets for _, progress in kept] == [{0: 300}, {0: 300}, {0: 200}]
+    assert [progress.offsets for _, progress in kept] == [{0: 300}, {0: 200}, {0: 100}]
     corrupt(files[0], flip_middle)
     corrupt(files[1], truncate)
 
@@ -271,6 +278,10 @@ def test_the_service_falls_back_past_corrupt_checkpoints_and_learns_each_record_
     fallback = [r.getMessage() for r in caplog.records if "CHECKPOINT FALLBACK" in r.getMessage()]
     assert len(fallback) == 1 and str(files[0]) in fallback[0] and str(files[1]) in fallback[0]
     assert f"continuing from the earlier checkpoint {files[2]}" in fallback[0]
+    assert [f.name for f in sorted(state.glob("*.corrupt"))] == [
+        "checkpoint.1.pt.corrupt",
+        "checkpoint.pt.corrupt",
+    ]  # set aside, no longer among the kept checkpoints
     again.start()
     assert again.finished.wait(120) and again.learner_error is None
     again.shutdown()
@@ -383,3 +394,62 @@ def test_a_new_model_over_committed_offsets_warns_which_records_it_skips(tmp_pat
         "partition 0: no checkpoint covers it; starting at the group's committed offset 40, so "
         "this model never learns the records before offset 40"
     ) in caplog.text
+
+
+# ---------------------------------------------------------------------------- a Kafka group
+
+
+@pytest.mark.kafka
+def test_a_kafka_group_falls_back_with_its_offsets_and_a_deleted_checkpoint_says_what_it_skips(
+    kafka_bootstrap, tmp_path
+):
+    """Against a real broker: the group's committed offsets are the latest checkpoint's. With
+    the latest two checkpoints corrupt, the restart continues from the third's offsets (not the
+    committed ones) and learns each record once; with every checkpoint moved away, a new model
+    starts at the committed offsets and the log names what it skips."""
+    from test_service_kafka import create_topic, produce, service, unique
+
+    n = 600
+    stream_file = make_stream(tmp_path, n, seed=12)
+    topic, group, state = unique("integrity"), unique("g"), tmp_path / "state"
+    create_topic(kafka_bootstrap, topic, 1)
+    assert produce(kafka_bootstrap, topic, stream_file, "--format", "json").wait(60) == 0
+    first = service(kafka_bootstrap, topic, group, stream_file, state,
+                    "--checkpoint-every", "200", "--poll-records", "100")  # fmt: skip
+    first.wait_consumed(n)
+    assert first.terminate() == 0
+    files = checkpoint_files(checkpoint_path(state))
+    assert read_checkpoint(files[0])[1].offsets == {0: n}
+    _, kept = read_checkpoint(files[2])
+    assert kept.offsets[0] < read_checkpoint(files[1])[1].offsets[0] < n
+    corrupt(files[0], flip_middle)
+    corrupt(files[1], random_file)
+
+    again = service(kafka_bootstrap, topic, group, stream_file, state)
+    again.wait_consumed(n)
+    assert "oahu_checkpoint_fallbacks_total 1.0" in again.get("/metrics").text.splitlines()
+    assert again.terminate() == 0
+    log = again.log.read_text()
+    assert f"CHECKPOINT FALLBACK: {files[0]}: corrupt learner file" in log
+    assert (
+        f"partition 0: continuing from the restored checkpoint's offset {kept.offsets[0]}, not "
+        f"the group's committed {n} (the refused checkpoint's)"
+    ) in log
+    learner, progress = read_checkpoint(files[0])
+    assert progress.offsets == {0: n} and progress.consumed == n
+    assert_same_model(learner, train_reference(ConstraintStream.load(stream_file)))
+
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    for file in state.glob("checkpoint*.pt"):  # as docs/delivery.md says to start anew
+        file.rename(moved / file.name)
+    fresh = service(kafka_bootstrap, topic, group, stream_file, state)
+    fresh.wait_serving()
+    wait_until(lambda: f"committed offset {n}, so" in fresh.log.read_text(), 60, "the warning")
+    assert fresh.model()["constraints_consumed"] == 0
+    assert fresh.terminate() == 0
+    assert (
+        f"WARNING oahu-learner oahu.service.learning.consumer: partition 0: no checkpoint covers "
+        f"it; starting at the group's committed offset {n}, so this model never learns the "
+        f"records before offset {n}"
+    ) in fresh.log.read_text()

@@ -9,9 +9,10 @@ Each file carries the SHA-256 of its payload (:mod:`oahu.persistence`). Before a
 replaces ``checkpoint.pt``, the last :data:`KEEP_PREVIOUS` ones move to ``checkpoint.1.pt``
 (the previous) and ``checkpoint.2.pt``; ``checkpoint.pt`` itself exists at every moment.
 :func:`restore_checkpoint` takes the newest file that passes its check: when that is not
-``checkpoint.pt`` it logs an error naming what was refused, and the learner process seeks to
-that checkpoint's own offsets (model and offsets from one file), replaying what the refused
-checkpoint had covered. When no file passes, it refuses to start with one line naming them.
+``checkpoint.pt`` it logs an error naming what was refused, renames the refused files
+``NAME.corrupt``, and the learner process seeks to that checkpoint's own offsets (model and
+offsets from one file), replaying what the refused checkpoint had covered. When no file
+passes, it refuses to start with one line naming them.
 """
 
 from __future__ import annotations
@@ -136,10 +137,17 @@ def _keep_previous(path: Path) -> None:
     os.replace(link, files[1])
 
 
-def write_checkpoint(path: str | os.PathLike[str], learner: Learner, progress: Progress) -> None:
+def write_checkpoint(
+    path: str | os.PathLike[str],
+    learner: Learner,
+    progress: Progress,
+    keep_previous: bool = True,
+) -> None:
     """Atomically write learner + progress (temp file, fsync, rename, fsync dir), the one it
-    replaces kept as the previous checkpoint (:func:`checkpoint_files`)."""
-    _keep_previous(Path(path))
+    replaces kept as the previous checkpoint (:func:`checkpoint_files`) unless not
+    ``keep_previous`` (it holds the same model)."""
+    if keep_previous:
+        _keep_previous(Path(path))
     save_learner(learner, path, extra={"service": progress.to_extra()})
 
 
@@ -154,12 +162,21 @@ def read_checkpoint(path: str | os.PathLike[str]) -> tuple[Learner, Progress] | 
     return learner, Progress.from_extra(extra.get("service", {}))
 
 
+def _set_aside(refused: list[Path]) -> None:
+    """Rename refused checkpoint files to ``NAME.corrupt`` (kept for a look, no longer kept as
+    checkpoints): the next checkpoints then shift the valid one rather than them."""
+    for file in refused:
+        if file.exists():
+            os.replace(file, file.with_name(file.name + ".corrupt"))
+
+
 def restore_checkpoint(path: str | os.PathLike[str]) -> Restored | None:
     """The newest valid checkpoint among ``path`` and its kept predecessors, or None when there
     is none of them (a new model).
 
-    Falling back past a missing or corrupt ``path`` is logged as an error naming the files;
-    raises :class:`CheckpointError` when files exist and none is valid.
+    Falling back past a missing or corrupt ``path`` is logged as an error naming the files,
+    and the corrupt ones are renamed ``NAME.corrupt``; raises :class:`CheckpointError` (and
+    renames nothing) when files exist and none is valid.
     """
     files = checkpoint_files(path)
     present = [f for f in files if f.exists()]
@@ -178,10 +195,11 @@ def restore_checkpoint(path: str | os.PathLike[str]) -> Restored | None:
             continue
         learner, progress = restored
         if refused:
+            _set_aside(files[: files.index(file)])
             log.error(
                 "CHECKPOINT FALLBACK: %s; continuing from the earlier checkpoint %s "
                 "(%d constraints consumed, offsets %s): records after those offsets are learned "
-                "again",
+                "again (refused files renamed *.corrupt)",
                 "; ".join(refused),
                 file,
                 progress.consumed,

@@ -200,7 +200,10 @@ class ConsumerLoop:
             self.dead_letters.flush()  # letters of checkpointed records are delivered first
             self.progress.items_version = self.catalog.version
             self.progress.written_at = time.time()
-            write_checkpoint(self.checkpoint_file, self.learner, self.progress)
+            # the same model as the latest checkpoint (nothing consumed since, e.g. the final
+            # one after a revoke) replaces it rather than pushing an older one out of those kept
+            keep = self.progress.consumed != self.checkpointed.consumed
+            write_checkpoint(self.checkpoint_file, self.learner, self.progress, keep_previous=keep)
             self.checkpointed = Progress.from_extra(self.progress.to_extra())
             self._commit()
             self._checkpoint_due_at = time.monotonic() + self.config.checkpoint_interval
