@@ -94,6 +94,14 @@ class FileSource:
         return True
 
     @property
+    def not_ready_reason(self) -> str | None:
+        return None
+
+    @property
+    def seconds_since_contact(self) -> float:
+        return 0.0
+
+    @property
     def assignment(self) -> list[int]:
         return [0]
 

@@ -10,7 +10,11 @@
   going; they may call ``commit`` and ``seek``. They run while ``poll`` is blocked, so they do
   not race with the code that called ``poll``;
 * an unreachable broker never raises out of ``poll``: it returns nothing, ``ready`` is False,
-  and connection attempts are retried with exponential backoff.
+  and connection attempts are retried with exponential backoff;
+* a broker that stops answering (stopped, frozen, partitioned away) makes ``ready`` False
+  within ``stale_after`` seconds, with the cause in ``not_ready_reason``: kafka-python's
+  ``poll`` just returns nothing then, so readiness follows the group coordinator's answers to
+  the consumer's heartbeats (every 3 s by default), and comes back with them.
 """
 
 from __future__ import annotations
@@ -110,6 +114,7 @@ class KafkaSource:
         auto_offset_reset: str = "earliest",
         connect_timeout: float = 10.0,
         backoff: Backoff | None = None,
+        stale_after: float = 10.0,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise ValueError(
@@ -129,6 +134,7 @@ class KafkaSource:
         if self._config["enable_auto_commit"]:
             raise ValueError("config: enable_auto_commit must stay False (offsets are manual)")
         self._backoff = backoff or Backoff()
+        self.stale_after = stale_after
         self._consumer: KafkaConsumer | None = None
         self._retry_at = 0.0
         self._healthy = False
@@ -137,8 +143,32 @@ class KafkaSource:
     # ------------------------------------------------------------------ connection
     @property
     def ready(self) -> bool:
-        """Connected to the cluster and the last poll succeeded."""
-        return self._consumer is not None and self._healthy
+        """Connected, the last poll succeeded and the group coordinator answers."""
+        return self.not_ready_reason is None
+
+    @property
+    def not_ready_reason(self) -> str | None:
+        """Why the source cannot deliver records now (None when it can)."""
+        if self._consumer is None:
+            return f"not connected to Kafka ({self.last_error or 'connecting'})"
+        if not self._healthy:
+            return f"Kafka {self.last_error or 'poll failed'}"
+        silent = self.seconds_since_contact
+        if silent > self.stale_after:
+            return f"no answer from the Kafka group coordinator for {silent:.0f} s"
+        return None
+
+    @property
+    def seconds_since_contact(self) -> float:
+        """Seconds since the group coordinator last answered a heartbeat (or since the group
+        was (re)joined); 0.0 while not connected, where ``not_ready_reason`` says so."""
+        if self._consumer is None:
+            return 0.0
+        # kafka-python exposes no accessor for its heartbeat state; this is the one place
+        # that reads it (kafka-python 3: KafkaConsumer._coordinator.heartbeat).
+        heartbeat = self._consumer._coordinator.heartbeat
+        last = max(heartbeat.last_receive, heartbeat.last_reset)
+        return max(0.0, time.monotonic() - last)
 
     @property
     def exhausted(self) -> bool:

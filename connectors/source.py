@@ -51,6 +51,16 @@ class Source(Protocol):
         ...
 
     @property
+    def not_ready_reason(self) -> str | None:
+        """Why the source cannot deliver records now, for an operator (None when ready)."""
+        ...
+
+    @property
+    def seconds_since_contact(self) -> float:
+        """Seconds since the source last heard from its broker (0.0 for a file)."""
+        ...
+
+    @property
     def exhausted(self) -> bool:
         """No record is left and none will come (a file read to its end; never a topic)."""
         ...

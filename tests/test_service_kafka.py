@@ -7,6 +7,8 @@ SIGKILLs and shutdowns real SIGTERMs.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -356,3 +358,54 @@ def test_an_unreachable_broker_means_not_ready_never_a_crash(tmp_path: Path):
     time.sleep(2)  # connection attempts keep failing meanwhile
     assert proc.proc.poll() is None and proc.get("/readyz").status_code == 503
     assert proc.terminate() == 0
+
+
+@pytest.fixture
+def own_broker(tmp_path_factory):
+    """A broker of this test's own (bootstrap, pid), which it may freeze without touching the
+    session's."""
+    run_dir = tmp_path_factory.mktemp("own-kafka")
+    kafka_sh = ["bash", str(REPO / "scripts" / "kafka" / "kafka.sh")]
+    started = subprocess.run([*kafka_sh, "start", str(run_dir)], capture_output=True, text=True)
+    assert started.returncode == 0, started.stderr
+    status = subprocess.run([*kafka_sh, "status", str(run_dir)], capture_output=True, text=True)
+    _, bootstrap, pid = status.stdout.split()
+    try:
+        yield bootstrap, int(pid)
+    finally:
+        os.kill(int(pid), signal.SIGCONT)  # a stopped JVM cannot exit
+        subprocess.run([*kafka_sh, "stop", str(run_dir)], capture_output=True, timeout=120)
+
+
+def test_readiness_follows_a_frozen_broker_and_consumption_resumes(own_broker, tmp_path):
+    """SIGSTOP on the broker's JVM: /readyz turns 503 within 15 s and names the cause, the
+    metrics an operator alerts on grow; SIGCONT: ready again and the stream is learned on."""
+    bootstrap, broker_pid = own_broker
+    stream_file = make_stream(tmp_path, 400, seed=12)
+    topic, state = unique("frozen"), tmp_path / "state"
+    assert produce(bootstrap, topic, stream_file, "--limit", "200").wait(60) == 0
+    proc = service(bootstrap, topic, unique("g"), stream_file, state)
+    proc.wait_consumed(200)
+    wait_until(lambda: proc.get("/readyz").status_code == 200, 30, "ready")
+    os.kill(broker_pid, signal.SIGSTOP)
+    frozen_at = time.monotonic()
+    wait_until(lambda: proc.get("/readyz").status_code == 503, 20, "503 after the freeze")
+    assert time.monotonic() - frozen_at <= 15
+    body = proc.get("/readyz").json()
+    assert body["ready"] is False and body["causes"]  # e.g. "no answer from the Kafka group ..."
+    assert "Kafka" in " ".join(body["causes"].values()) or "learner_reporting" in body["causes"]
+    time.sleep(5)  # still frozen: still not ready
+    assert proc.get("/readyz").status_code == 503
+    values = _samples(proc.get("/metrics").text)
+    assert values["oahu_ready"] == 0.0
+    assert max(values["oahu_source_contact_age_seconds"],
+               values["oahu_learner_report_age_seconds"]) > 10  # fmt: skip
+    os.kill(broker_pid, signal.SIGCONT)
+    wait_until(lambda: proc.get("/readyz").status_code == 200, 60, "ready after the thaw")
+    assert produce(bootstrap, topic, stream_file, "--start", "200").wait(60) == 0
+    proc.wait_consumed(400)
+    assert proc.terminate() == 0
+    assert "source not ready" in proc.output() and "source ready again" in proc.output()
+    learner, progress = read_checkpoint(checkpoint_path(state))
+    assert progress.consumed == 400
+    assert_same_model(learner, train_reference(ConstraintStream.load(stream_file)))

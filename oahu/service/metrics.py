@@ -232,6 +232,19 @@ class ServiceMetrics:
             registry=r,
         )
         self.ready = Gauge("oahu_ready", "1 while /readyz answers 200.", registry=r)
+        # What an operator alerts on when consumption stalls: both grow while it does.
+        self.learner_report_age = Gauge(
+            "oahu_learner_report_age_seconds",
+            "Seconds since the learner process last reported (at least once a second while it "
+            "runs).",
+            registry=r,
+        )
+        self.source_contact_age = Gauge(
+            "oahu_source_contact_age_seconds",
+            "Seconds since the source last heard from its broker (a Kafka group coordinator's "
+            "answer to a heartbeat; 0 for files).",
+            registry=r,
+        )
 
     def forward(self, families: list[Metric]) -> None:
         """Expose ``families`` (from ``LearningMetrics.families``) until the next forward."""

@@ -103,6 +103,7 @@ class ConsumerLoop:
         self.finished = threading.Event()
         self._checkpoint_due_at = time.monotonic() + config.checkpoint_interval
         self._lag_at = 0.0
+        self._source_not_ready: str | None = None  # as last logged
         # After a fallback past a refused newer checkpoint the group's committed offsets may be
         # that checkpoint's: this model's own offsets win until each partition is assigned.
         self._own_offsets_win = set(progress.offsets) if fell_back else set()
@@ -308,11 +309,20 @@ class ConsumerLoop:
         """Plain values about the model and the stream, for /v1/model and the gauges; reported
         (``force``: even if a report was sent a moment ago)."""
         learner = self.learner
+        reason = self.source.not_ready_reason
+        if reason != self._source_not_ready:  # what an operator alerts on: said once per change
+            if reason is None:
+                log.info("source ready again")
+            else:
+                log.warning("source not ready: %s", reason)
+            self._source_not_ready = reason
         self.status = {
             **model_status(
                 learner, self.progress, self.checkpointed, self.checkpoint_file, self.lag
             ),
-            "source_ready": self.source.ready,
+            "source_ready": reason is None,
+            "source_not_ready": reason,
+            "source_contact_age_s": self.source.seconds_since_contact,
         }
         self.metrics.set_model(learner, self.status["diagnostics"])
         self.link.report(self.status, self.metrics.families, force)

@@ -99,7 +99,7 @@ class ServiceView:
     catalog: Catalog
     metrics: ServiceMetrics
     status: Callable[[], dict[str, Any]]  # model and stream status (/v1/model)
-    readiness: Callable[[], dict[str, bool]]  # named checks, all True when ready
+    readiness: Callable[[], dict[str, str | None]]  # named checks: None if passing, else why
     healthy: Callable[[], bool]
     items_synced: Callable[[int], None]  # wait until the learner can resolve this item version
 
@@ -274,18 +274,23 @@ def create_app(view: ServiceView) -> FastAPI:
     @app.get(
         "/readyz",
         summary="Readiness: source connected and a model snapshot published",
-        responses={503: {"description": "not ready: see checks and snapshot_error"}},
+        responses={503: {"description": "not ready: see causes, checks and snapshot_error"}},
     )
     def readyz() -> JSONResponse:
-        checks = view.readiness()
-        ok = all(checks.values())
+        causes = view.readiness()
+        ok = all(cause is None for cause in causes.values())
         view.metrics.ready.set(1 if ok else 0)
-        body = {"ready": ok, "checks": checks, "snapshot_error": view.publisher.error}
+        body = {
+            "ready": ok,
+            "checks": {name: cause is None for name, cause in causes.items()},
+            "causes": {name: cause for name, cause in causes.items() if cause is not None},
+            "snapshot_error": view.publisher.error,
+        }
         return JSONResponse(body, status_code=200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
     def metrics() -> Response:
-        view.metrics.ready.set(1 if all(view.readiness().values()) else 0)
+        view.metrics.ready.set(1 if all(c is None for c in view.readiness().values()) else 0)
         view.metrics.store_items.set(len(view.catalog.items))
         return Response(view.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 

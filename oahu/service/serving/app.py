@@ -42,6 +42,9 @@ from oahu.service.status import model_status
 from oahu.threads import use_native_threads
 
 log = logging.getLogger("oahu.service")
+# The learner loop reports at least once a second while it runs (each idle poll forces one):
+# this much silence means it is stuck, and the service is not ready.
+READY_REPORT_AGE = 10.0
 
 SWITCH_INTERVAL_SECONDS = 0.0002
 ITEM_SYNC_TIMEOUT_SECONDS = 30.0
@@ -126,6 +129,8 @@ class Service:
         )
         # API item changes go to the learner process (before it runs, it reads the overlay file)
         self.catalog.on_change = self.learning.forward
+        self.metrics.learner_report_age.set_function(lambda: self.learning.report_age or 0.0)
+        self.metrics.source_contact_age.set_function(self._source_contact_age)
         self.engine = QueryEngine(self.publisher, max_batch_rows=max(config.max_batch_items, 1))
         self.app = create_app(self._view())
 
@@ -199,11 +204,33 @@ class Service:
     def learner_error(self) -> str | None:
         return self.learning.error
 
-    def readiness(self) -> dict[str, bool]:
+    def _source_contact_age(self) -> float:
+        """The source's silence as of the learner's last report, plus the time since it."""
+        reported = float(self.status.get("source_contact_age_s", 0.0))
+        return reported + (self.learning.report_age or 0.0)
+
+    def readiness(self) -> dict[str, str | None]:
+        """Each readiness check: None when it passes, else why not, in an operator's words.
+
+        ``source`` follows the learner process's reports (a Kafka source is not ready within
+        ``KafkaSource.stale_after`` seconds of the broker going silent); ``learner_reporting``
+        catches a learner loop that stopped reporting, e.g. blocked in a call to a frozen
+        broker, within ``READY_REPORT_AGE`` seconds.
+        """
+        status, age = self.status, self.learning.report_age
+        reporting = None
+        if age is None:
+            reporting = "the learner process has not reported yet"
+        elif age > READY_REPORT_AGE:
+            reporting = f"no report from the learner process for {age:.0f} s"
+        source = None
+        if not status.get("source_ready"):
+            source = status.get("source_not_ready") or "the source is not connected yet"
         return {
-            "source": bool(self.status.get("source_ready")),
-            "snapshot": self.publisher.current is not None,
-            "learner": self.learning.alive,
+            "source": source,
+            "snapshot": None if self.publisher.current is not None else "no snapshot published yet",
+            "learner": None if self.learning.alive else "the learner process is not running",
+            "learner_reporting": reporting,
         }
 
     # ------------------------------------------------------------------ running

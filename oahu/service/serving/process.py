@@ -47,7 +47,9 @@ class LearnerProcess:
     families to ``on_families`` and keeps the latest ``status``.
     ``forward`` sends an item change, ``wait_items`` waits until it is applied, ``stop`` asks for
     a clean stop and waits for the process to exit. ``finished`` is set once it has exited;
-    ``error`` then says why if it failed.
+    ``error`` then says why if it failed. ``report_age`` is the seconds since its last report
+    (None before the first): a learner loop that stopped reporting is stuck, e.g. in a call to
+    a frozen broker.
     """
 
     def __init__(
@@ -78,6 +80,7 @@ class LearnerProcess:
         self._acked = 0
         self._acked_cond = threading.Condition()
         self._started = False
+        self._reported_at: float | None = None
 
     @property
     def pid(self) -> int | None:
@@ -86,6 +89,11 @@ class LearnerProcess:
     @property
     def alive(self) -> bool:
         return self._started and not self.finished.is_set()
+
+    @property
+    def report_age(self) -> float | None:
+        reported = self._reported_at
+        return None if reported is None else time.monotonic() - reported
 
     def start(self) -> None:
         """Spawn the process."""
@@ -154,6 +162,7 @@ class LearnerProcess:
                 case State(learner):
                     self.on_state(learner)
                 case Report(status, families):
+                    self._reported_at = time.monotonic()
                     self.status = status
                     self.on_families(families)
                 case Ack(version):
