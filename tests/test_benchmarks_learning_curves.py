@@ -22,7 +22,7 @@ def oahu_run(tmp_path_factory):
 
 def test_a_run_evaluates_the_learner_at_each_size_as_it_stands(oahu_run):
     _, run = oahu_run
-    assert [p["constraints"] for p in run["points"]] == SIZES
+    assert [p["constraints"] for p in run["points"]] == [0, *SIZES]  # 0: as prepared
     for point in run["points"]:
         assert 0.0 <= point["error"] <= 1.0 and 0.0 <= point["macro_f1"] <= 1.0
         assert len(point["depth_error"]) == len(point["depth_spread"]) == 2  # L = 1: two depths
@@ -55,4 +55,6 @@ def test_learners_that_do_not_depend_on_n_are_flat_lines(tmp_path, oahu_run):
     flat = table["euclidean"]["sizes"]
     assert flat["60"]["error"]["mean"] == flat["200"]["error"]["mean"]
     learned = table["oahu (default)"]["sizes"]
-    assert learned["200"]["error"]["per_seed"] == [oahu_run[1]["points"][1]["error"]]
+    assert learned["200"]["error"]["per_seed"] == [oahu_run[1]["points"][2]["error"]]
+    assert learned["0"]["error"]["per_seed"] == [oahu_run[1]["points"][0]["error"]]
+    assert "0" not in flat  # Euclidean and OPML have no start of their own
