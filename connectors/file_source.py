@@ -94,6 +94,10 @@ class FileSource:
         return True
 
     @property
+    def connected(self) -> bool:
+        return True
+
+    @property
     def not_ready_reason(self) -> str | None:
         return None
 

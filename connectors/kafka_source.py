@@ -147,6 +147,11 @@ class KafkaSource:
         return self.not_ready_reason is None
 
     @property
+    def connected(self) -> bool:
+        """A consumer exists and its last poll succeeded (what commits need)."""
+        return self._consumer is not None and self._healthy
+
+    @property
     def not_ready_reason(self) -> str | None:
         """Why the source cannot deliver records now (None when it can)."""
         if self._consumer is None:
@@ -155,7 +160,10 @@ class KafkaSource:
             return f"Kafka {self.last_error or 'poll failed'}"
         silent = self.seconds_since_contact
         if silent > self.stale_after:
-            return f"no answer from the Kafka group coordinator for {silent:.0f} s"
+            return (
+                f"no answer from the Kafka group coordinator for {silent:.0f} s (the broker is "
+                "down or frozen, or the group is still rebalancing)"
+            )
         return None
 
     @property

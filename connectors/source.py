@@ -51,6 +51,11 @@ class Source(Protocol):
         ...
 
     @property
+    def connected(self) -> bool:
+        """Able to talk to its broker at all (commit and seek may be tried; a file always is)."""
+        ...
+
+    @property
     def not_ready_reason(self) -> str | None:
         """Why the source cannot deliver records now, for an operator (None when ready)."""
         ...

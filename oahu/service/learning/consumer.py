@@ -213,7 +213,9 @@ class ConsumerLoop:
             self._refresh_status(force=True)
 
     def _commit(self) -> None:
-        if not self.source.ready:
+        # connected, not ready: a commit is worth trying while the coordinator is slow to
+        # answer (e.g. during a rebalance); it fails harmlessly if the broker is gone
+        if not self.source.connected:
             return
         owned = set(self.source.assignment)
         offsets = {p: o for p, o in self.progress.offsets.items() if p in owned}
