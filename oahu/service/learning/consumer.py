@@ -103,7 +103,7 @@ class ConsumerLoop:
         self.finished = threading.Event()
         self._checkpoint_due_at = time.monotonic() + config.checkpoint_interval
         self._lag_at = 0.0
-        self._source_not_ready: str | None = None  # as last logged
+        self._source_ready: bool | None = None  # as last logged
         # After a fallback past a refused newer checkpoint the group's committed offsets may be
         # that checkpoint's: this model's own offsets win until each partition is assigned.
         self._own_offsets_win = set(progress.offsets) if fell_back else set()
@@ -312,12 +312,12 @@ class ConsumerLoop:
         (``force``: even if a report was sent a moment ago)."""
         learner = self.learner
         reason = self.source.not_ready_reason
-        if reason != self._source_not_ready:  # what an operator alerts on: said once per change
+        if (reason is None) != self._source_ready:  # said once per change (the text ticks on)
             if reason is None:
-                log.info("source ready again")
+                log.info("source ready" if self._source_ready is None else "source ready again")
             else:
                 log.warning("source not ready: %s", reason)
-            self._source_not_ready = reason
+            self._source_ready = reason is None
         self.status = {
             **model_status(
                 learner, self.progress, self.checkpointed, self.checkpoint_file, self.lag
