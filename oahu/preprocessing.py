@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-STEPS = ("center", "standardize", "pca:K", "lift:F", "unit")
+STEPS = ("center", "standardize", "pca:K", "unit")
 _STD_FLOOR = 1e-6  # constant features (e.g. always-black pixels) keep scale 1, not 1/0
 _NORM_FLOOR = 1e-12
 
@@ -46,7 +46,7 @@ def parse_preprocess(spec: str) -> tuple[str, ...]:
         return ()
     steps = tuple(spec.split("+"))
     for step in steps:
-        if step not in STEPS and pca_components(step) is None and lift_factor(step) is None:
+        if step not in STEPS and pca_components(step) is None:
             raise ValueError(
                 f"preprocess: unknown step {step!r} in {spec!r}; use 'none' or '+'-joined "
                 f"steps of {', '.join(STEPS)}"
@@ -60,22 +60,6 @@ def parse_preprocess(spec: str) -> tuple[str, ...]:
     if "unit" in steps and steps[-1] != "unit":
         raise ValueError(f"preprocess: {spec!r} — unit must be the last step")
     return steps
-
-
-def lift_factor(step: str) -> float | None:
-    """F of a ``"lift:F"`` step (a number > 0), None for any other step.
-
-    >>> lift_factor("lift:2"), lift_factor("lift:0.5"), lift_factor("lift:x"), lift_factor("unit")
-    (2.0, 0.5, None, None)
-    """
-    name, sep, value = step.partition(":")
-    if name != "lift" or not sep:
-        return None
-    try:
-        factor = float(value)
-    except ValueError:
-        return None
-    return factor if 0.0 < factor < float("inf") else None
 
 
 def pca_components(step: str) -> int | None:
@@ -115,23 +99,15 @@ class InputScaler:
         self.components: np.ndarray | None = None  # (K, d) principal axes, rows of unit norm
         k = next((c for c in map(pca_components, self.steps) if c is not None), None)
         self._pca = None if k is None else min(k, n_features)
-        self._lift = next((f for f in map(lift_factor, self.steps) if f is not None), None)
-        self.lift: float | None = None  # the appended coordinate's value, fitted
 
     @property
     def n_outputs(self) -> int:
         """Dimension of the transformed items: K for ``pca:K`` (at most d), else d."""
-        width = self.n_features if self._pca is None else self._pca
-        return width + (self._lift is not None)
+        return self.n_features if self._pca is None else self._pca
 
     @property
     def _fits(self) -> bool:
-        return (
-            "center" in self.steps
-            or "standardize" in self.steps
-            or self._pca is not None
-            or self._lift is not None
-        )
+        return "center" in self.steps or "standardize" in self.steps or self._pca is not None
 
     @property
     def needs_fit(self) -> bool:
@@ -154,10 +130,6 @@ class InputScaler:
             self.scale = np.maximum(x.std(axis=0), _STD_FLOOR).astype(np.float32)
         if self._pca is not None:
             self.components = _principal_axes(x, self.mean, self.scale, self._pca)
-        if self._lift is not None:
-            self.lift = None
-            before = self.project(self.transform(x.astype(np.float32), defer_projection=True))
-            self.lift = self._lift * float(np.median(np.linalg.norm(before, axis=1)))
 
     def transform(self, x: np.ndarray, defer_projection: bool = False) -> np.ndarray:
         """Apply the steps to a float32 matrix (returns ``x`` itself when there are none).
@@ -199,8 +171,6 @@ class InputScaler:
                 )
             else:
                 out = out @ self.components.T
-        if self.lift is not None:
-            out = np.concatenate([out, np.full((len(out), 1), self.lift, np.float32)], axis=1)
         if "unit" in self.steps:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             out = out / np.maximum(norms, _NORM_FLOOR)
@@ -214,8 +184,6 @@ class InputScaler:
             state["scale"] = torch.from_numpy(self.scale.copy())
         if self.components is not None:
             state["components"] = torch.from_numpy(self.components.copy())
-        if self.lift is not None:
-            state["lift"] = self.lift
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -226,7 +194,6 @@ class InputScaler:
         self.components = (
             state["components"].numpy().astype(np.float32) if "components" in state else None
         )
-        self.lift = float(state["lift"]) if "lift" in state else None
         if self._pca is not None and (
             self.components is None or self.components.shape != (self._pca, self.n_features)
         ):
