@@ -23,10 +23,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import f1_score
 
 from oahu import OAHU
-from oahu.evaluation import knn_classify
+from oahu.evaluation import classification_quality
 from oahu.stream_replay import replay
 from oahu.streams.datasets import FASHION_MNIST_ROOT, load_fashion_mnist
 from oahu.streams.stream_file import ConstraintStream, build_stream
@@ -41,20 +40,20 @@ def train(stream: ConstraintStream, preset: str | None, device: str, batch: int)
     stats = replay(model, stream)
     if device == "cuda":
         torch.cuda.synchronize()
-    truth = stream.y[stream.test_idx]
-    found = knn_classify(
+    quality = classification_quality(
         model,
         stream.X[stream.dev_idx],
         stream.y[stream.dev_idx],
         model.embed(stream.X[stream.test_idx]),
-    ).labels
+        stream.y[stream.test_idx],
+    )
     run: dict[str, Any] = {
         "preset": preset or "default",
         "device": device,
         "batch_size": batch,
         "triplets_per_s": stats.constraints_per_s,
-        "error": float(np.mean(found != truth)),
-        "macro_f1": float(f1_score(truth, found, average="macro")),
+        "error": quality["error"],
+        "macro_f1": quality["macro_f1"],
         "alpha": [float(a) for a in model.alpha],
         "prequential_accuracy": model.diagnostics().get("prequential_accuracy"),
     }

@@ -31,10 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import f1_score
 
-from oahu.evaluation import embedding_spread
-from oahu.inference import classify, make_index
+from oahu.evaluation import classification_quality
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.stream_replay import replay, stream_kind_for
@@ -59,16 +57,15 @@ INDEPENDENT_OF_N = frozenset({"opml", "euclidean"})
 
 def evaluate_now(learner: Learner, stream: ConstraintStream) -> dict[str, Any]:
     """kNN error and macro-F1 of the learner as it stands, with per-depth error and spread."""
-    gallery = learner.embed(stream.X[stream.dev_idx], role="gallery")
     queries = learner.embed(stream.X[stream.test_idx], role="query")
-    labels = stream.y[stream.test_idx]
-    index = make_index("exact", gallery, stream.y[stream.dev_idx], learner.metric)
-    found = classify(index, queries, learner.alpha, per_depth=True)
     return {
-        "error": float(np.mean(found.labels != labels)),
-        "macro_f1": float(f1_score(labels, found.labels, average="macro")),
-        "depth_error": [float(np.mean(d != labels)) for d in found.depth_labels],
-        "depth_spread": embedding_spread(gallery),
+        **classification_quality(
+            learner,
+            stream.X[stream.dev_idx],
+            stream.y[stream.dev_idx],
+            queries,
+            stream.y[stream.test_idx],
+        ),
         "alpha": [float(a) for a in learner.alpha],
         "prequential_accuracy": learner.diagnostics().get("prequential_accuracy"),
     }

@@ -94,6 +94,28 @@ def knn_classify(
     return classify(index, queries, learner.alpha, k=k, per_depth=per_depth)
 
 
+def classification_quality(
+    learner: Learner,
+    gallery_x: np.ndarray,
+    gallery_y: np.ndarray,
+    queries: np.ndarray,
+    query_labels: np.ndarray,
+    k: int = 5,
+    index_kind: str = "exact",
+) -> dict[str, Any]:
+    """Eq. 23-25 kNN classification of embedded ``queries`` against the gallery, scored:
+    ``error``, ``macro_f1``, each depth's own ``depth_error`` and the gallery's ``depth_spread``."""
+    gallery = learner.embed(gallery_x, role="gallery")
+    index = make_index(index_kind, gallery, np.asarray(gallery_y), learner.metric)
+    found = classify(index, queries, learner.alpha, k=k, per_depth=True)
+    return {
+        "error": float(np.mean(found.labels != query_labels)),
+        "macro_f1": float(f1_score(query_labels, found.labels, average="macro")),
+        "depth_error": [float(np.mean(labels != query_labels)) for labels in found.depth_labels],
+        "depth_spread": embedding_spread(gallery),
+    }
+
+
 def embedding_spread(embeddings: np.ndarray) -> list[float]:
     """Per depth, the root-mean-square distance of embeddings (n_depths, n, dim) to their
     centroid.
@@ -138,15 +160,9 @@ def evaluate(
     queries = learner.embed(X[query_idx[subset]], role="query")
     query_labels = y[query_idx[subset]]
 
-    gallery = learner.embed(X[gallery_idx], role="gallery")
-    spread = embedding_spread(gallery)
-    index = make_index(index_kind, gallery, y[gallery_idx], learner.metric)
-    found_classes = classify(index, queries, alpha, k=k, per_depth=True)
-    del index, gallery
-    predicted = found_classes.labels
-    depth_error = [float(np.mean(labels != query_labels)) for labels in found_classes.depth_labels]
-    error = float(np.mean(predicted != query_labels))
-    macro_f1 = float(f1_score(query_labels, predicted, average="macro"))
+    quality = classification_quality(
+        learner, X[gallery_idx], y[gallery_idx], queries, query_labels, k, index_kind
+    )
 
     # The whole query split is the retrieval gallery; a similarity learner embeds it differently.
     test_labels = y[query_idx]
@@ -162,10 +178,10 @@ def evaluate(
     found = retrieve(test_index, queries, alpha, k=max(recall_ks), exclude=subset).positions
     retrieved_labels = np.where(found >= 0, test_labels[np.maximum(found, 0)], -1)
     return Evaluation(
-        error,
-        macro_f1,
+        quality["error"],
+        quality["macro_f1"],
         auc,
         recall_at(retrieved_labels, query_labels, recall_ks),
-        depth_error,
-        spread,
+        quality["depth_error"],
+        quality["depth_spread"],
     )
