@@ -101,8 +101,8 @@ def decode_batch(values: Sequence[bytes]) -> DecodedBatch:
     values = list(values)
     if not values:
         return DecodedBatch()
-    try:
-        uniform = decode_uniform(values) if all(isinstance(v, bytes) for v in values) else None
+    try:  # a tombstone (None) or any other non-bytes raises here and is handled per record
+        uniform = decode_uniform(values)
     except Exception:  # a decoder bug costs the records it fails on (below), never the batch
         uniform = None
     if uniform is not None:
