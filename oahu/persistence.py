@@ -117,16 +117,6 @@ _HEADER_MAX = 128  # bytes within which the header line ends
 _ZIP_MAGIC = b"PK\x03\x04"  # how torch.save's payload, and so a file of an earlier release, starts
 
 
-def _envelope(learner: Learner, extra: dict[str, Any] | None) -> bytes:
-    blob = {"format_version": FORMAT_VERSION, "state": learner.get_state(), "extra": extra or {}}
-    payload = io.BytesIO()
-    torch.save(blob, payload)
-    data = payload.getvalue()
-    digest = hashlib.sha256(data).hexdigest().encode()
-    header = b"%s %d sha256=%s size=%d\n" % (HEADER_MAGIC, ENVELOPE_VERSION, digest, len(data))
-    return header + data
-
-
 def verified_payload(data: bytes, where: str = "the data") -> tuple[bytes, bool]:
     """The payload of saved learner ``data`` once its checksum matches, and whether it was
     verified (False: a file of an earlier release, which has no checksum).
@@ -178,11 +168,19 @@ def read_blob(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The checked payload of the learner file ``path`` as plain data (``format_version``,
     ``state``, ``extra``), read with ``weights_only=True`` and no learner rebuilt: to inspect a
     file. Raises :class:`LearnerFileError` as :func:`load_learner` does."""
-    payload, _ = verified_payload(Path(path).read_bytes(), str(path))
+    return _load_blob(Path(path).read_bytes(), str(path))[0]
+
+
+def _load_blob(data: bytes, where: str) -> tuple[Any, bool]:
+    """The checked payload of ``data`` as plain data, and whether its checksum was verified."""
+    payload, verified = verified_payload(data, where)
     try:
-        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
-    except Exception as exc:  # as in _decode
-        raise LearnerFileError(f"{path}: unreadable learner file: {_unreadable(exc)}") from None
+        return torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True), verified
+    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
+        unverified = "" if verified else " (an earlier release's file, without a checksum)"
+        raise LearnerFileError(
+            f"{where}: unreadable learner file{unverified}: {_unreadable(exc)}"
+        ) from None
 
 
 def _unreadable(exc: BaseException) -> str:
@@ -196,14 +194,7 @@ def _unreadable(exc: BaseException) -> str:
 
 
 def _decode(data: bytes, where: str, device: str | None) -> tuple[Learner, dict[str, Any]]:
-    payload, verified = verified_payload(data, where)
-    try:
-        blob = torch.load(io.BytesIO(payload), map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ...
-        unverified = "" if verified else " (an earlier release's file, without a checksum)"
-        raise LearnerFileError(
-            f"{where}: unreadable learner file{unverified}: {_unreadable(exc)}"
-        ) from None
+    blob, verified = _load_blob(data, where)
     if not isinstance(blob, dict) or not isinstance(blob.get("state"), dict):
         raise LearnerFileError(f"{where}: holds no saved learner (no 'state')")
     if blob.get("format_version") != FORMAT_VERSION:
@@ -227,8 +218,15 @@ def _decode(data: bytes, where: str, device: str | None) -> tuple[Learner, dict[
 
 
 def learner_to_bytes(learner: Learner, extra: dict[str, Any] | None = None) -> bytes:
-    """``learner`` (and optional plain ``extra`` data) as bytes."""
-    return _envelope(learner, extra)
+    """``learner`` (and optional plain ``extra`` data) as bytes: a header line with the SHA-256
+    and size of the payload, then the payload (``torch.save`` of plain data)."""
+    blob = {"format_version": FORMAT_VERSION, "state": learner.get_state(), "extra": extra or {}}
+    payload = io.BytesIO()
+    torch.save(blob, payload)
+    data = payload.getvalue()
+    digest = hashlib.sha256(data).hexdigest().encode()
+    header = b"%s %d sha256=%s size=%d\n" % (HEADER_MAGIC, ENVELOPE_VERSION, digest, len(data))
+    return header + data
 
 
 def learner_from_bytes(data: bytes, device: str | None = None) -> tuple[Learner, dict[str, Any]]:
@@ -242,7 +240,7 @@ def save_learner(
 ) -> None:
     """Write ``learner`` (and ``extra``) to ``path`` atomically: a crash leaves the old file or
     the complete new one. The file carries the SHA-256 of its payload."""
-    data = _envelope(learner, extra)
+    data = learner_to_bytes(learner, extra)
     with atomic_open(path, "wb") as fh:
         fh.write(data)
 

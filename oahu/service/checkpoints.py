@@ -26,17 +26,14 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import prometheus_client
-from prometheus_client import CollectorRegistry
-
 from oahu.learner import Learner
-from oahu.persistence import LearnerFileError, load_learner, save_learner
+from oahu.persistence import LearnerFileError, learner_to_bytes, load_learner
+from oahu.streams.atomic import atomic_open
 
 log = logging.getLogger("oahu.service")
 
 CHECKPOINT_FILE = "checkpoint.pt"
 KEEP_PREVIOUS = 2  # earlier checkpoints kept beside the latest, to fall back to
-FALLBACKS_METRIC = "oahu_checkpoint_fallbacks"
 
 
 @dataclass
@@ -146,9 +143,12 @@ def write_checkpoint(
     """Atomically write learner + progress (temp file, fsync, rename, fsync dir), the one it
     replaces kept as the previous checkpoint (:func:`checkpoint_files`) unless not
     ``keep_previous`` (it holds the same model)."""
+    # Built before the rotation: a failure to build or write it leaves the kept ones as they were.
+    data = learner_to_bytes(learner, extra={"service": progress.to_extra()})
     if keep_previous:
         _keep_previous(Path(path))
-    save_learner(learner, path, extra={"service": progress.to_extra()})
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> tuple[Learner, Progress] | None:
@@ -211,23 +211,3 @@ def restore_checkpoint(path: str | os.PathLike[str]) -> Restored | None:
         f"restore the files from a backup, or move {', '.join(f.name for f in present)} out of "
         f"{files[0].parent} to start a new model"
     )
-
-
-def fallback_counter(registry: CollectorRegistry, fell_back: bool) -> prometheus_client.Counter:
-    """``oahu_checkpoint_fallbacks_total`` in the learner process's ``registry``: 1 when this
-    run started from an earlier checkpoint than the latest (``Restored.fell_back``), else 0.
-    It travels to ``/metrics`` with the learner's other families.
-
-    >>> registry = CollectorRegistry()
-    >>> _ = fallback_counter(registry, fell_back=True)
-    >>> registry.get_sample_value("oahu_checkpoint_fallbacks_total")
-    1.0
-    """
-    counter = prometheus_client.Counter(
-        FALLBACKS_METRIC,
-        "Starts from an earlier checkpoint than the latest, which was corrupt or missing.",
-        registry=registry,
-    )
-    if fell_back:
-        counter.inc()
-    return counter
