@@ -17,6 +17,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
+from oahu.connectors.dead_letter import DEAD_LETTER_REASONS
 from oahu.learner import SKIP_DEGENERATE, SKIP_NON_FINITE, Diagnostic, Learner
 
 _FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
@@ -119,6 +120,11 @@ class LearningMetrics:
             "When the last checkpoint was written.",
             registry=r,
         )
+        self.checkpoint_fallbacks = Counter(
+            "oahu_checkpoint_fallbacks",
+            "Starts from an earlier checkpoint than the latest, which was corrupt or missing.",
+            registry=r,
+        )
         for reason in dead_letter_reasons:
             self.dead_letters.labels(reason=reason)
         for reason in (SKIP_NON_FINITE, SKIP_DEGENERATE):
@@ -130,13 +136,15 @@ class LearningMetrics:
                     self.diagnostics[d.name].labels(depth=str(depth))
 
     @classmethod
-    def of(cls, learner: Learner, dead_letter_reasons: Sequence[str]) -> LearningMetrics:
+    def of(cls, learner: Learner) -> LearningMetrics:
         """The metrics of a learn loop over ``learner``, its labelled series all present."""
-        return cls(learner.capabilities.diagnostics, dead_letter_reasons, learner.n_depths)
+        return cls(learner.capabilities.diagnostics, DEAD_LETTER_REASONS, learner.n_depths)
 
-    def restore(self, learner: Learner, progress: Any) -> None:
+    def restore(self, learner: Learner, progress: Any, fell_back: bool = False) -> None:
         """Continue the counters from a checkpoint's learner and stream ``progress``, so totals
-        describe the whole model, and set the model's gauges."""
+        describe the whole model; ``fell_back``: it is an earlier checkpoint than the latest."""
+        if fell_back:
+            self.checkpoint_fallbacks.inc()
         self.consumed.inc(progress.consumed)
         for reason, count in progress.dead_letters.items():
             self.dead_letters.labels(reason=reason).inc(count)
@@ -146,7 +154,6 @@ class LearningMetrics:
             self.skipped.labels(reason=reason).inc(count)
         if progress.written_at:
             self.checkpoint_time.set(progress.written_at)
-        self.set_model(learner)
 
     def set_model(self, learner: Learner, diagnostics: dict[str, Any] | None = None) -> None:
         """Set the model's gauges (updates, U, α, the declared diagnostics) from ``learner``."""

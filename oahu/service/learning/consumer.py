@@ -37,7 +37,6 @@ from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import (
     Progress,
     checkpoint_path,
-    fallback_counter,
     write_checkpoint,
 )
 from oahu.service.config import ServiceConfig
@@ -107,8 +106,8 @@ class ConsumerLoop:
         # After a fallback past a refused newer checkpoint the group's committed offsets may be
         # that checkpoint's: this model's own offsets win until each partition is assigned.
         self._own_offsets_win = set(progress.offsets) if fell_back else set()
-        self.fallbacks = fallback_counter(metrics.registry, fell_back)
-        self._restore_metrics()
+        self.metrics.restore(self.learner, self.progress, fell_back)
+        self._refresh_status()  # counters continue from the checkpoint, gauges set
         source.listen(self.on_assign, self.on_revoke)
 
     # ------------------------------------------------------------------ the loop
@@ -120,7 +119,6 @@ class ConsumerLoop:
             while not stop.is_set():
                 started = time.monotonic()
                 records = self.source.poll(poll_records, poll_timeout)
-                self.metrics.source_ready.set(1 if self.source.ready else 0)
                 if records:
                     with self.lock:
                         self.process(records)
@@ -302,11 +300,6 @@ class ConsumerLoop:
             self.metrics.lag.labels(partition=str(p)).set(value)
         self._refresh_status()
 
-    def _restore_metrics(self) -> None:
-        """Counters continue from the checkpoint, so totals describe the whole model."""
-        self.metrics.restore(self.learner, self.progress)
-        self._refresh_status()
-
     def _refresh_status(self, force: bool = False) -> None:
         """Plain values about the model and the stream, for /v1/model and the gauges; reported
         (``force``: even if a report was sent a moment ago)."""
@@ -318,6 +311,7 @@ class ConsumerLoop:
             else:
                 log.warning("source not ready: %s", reason)
             self._source_ready = reason is None
+        self.metrics.source_ready.set(reason is None)
         self.status = {
             **model_status(
                 learner, self.progress, self.checkpointed, self.checkpoint_file, self.lag

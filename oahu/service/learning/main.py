@@ -19,7 +19,6 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from oahu.connectors.dead_letter import (
-    DEAD_LETTER_REASONS,
     DeadLetter,
     DeadLetterFile,
     DeadLetterKafka,
@@ -121,7 +120,7 @@ def build_loop(
             items.add(*stream_items)
     # the API's changes go on top, from the overlay file and then as they are made
     catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
-    metrics = LearningMetrics.of(learner, DEAD_LETTER_REASONS)
+    metrics = LearningMetrics.of(learner)
     sink = dead_letter_sink(config)
     return ConsumerLoop(config, learner, source, catalog, sink, link, metrics, progress, fell_back)
 

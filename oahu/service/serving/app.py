@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from oahu.connectors.dead_letter import DEAD_LETTER_REASONS
 from oahu.connectors.file_source import FileSource
 from oahu.learner import Learner
 from oahu.persistence import learner_to_bytes
@@ -27,7 +26,6 @@ from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
 from oahu.service.checkpoints import (
     Progress,
     checkpoint_path,
-    fallback_counter,
     restore_checkpoint,
 )
 from oahu.service.config import ServiceConfig
@@ -108,9 +106,9 @@ class Service:
         progress.source = config.source or ""
         # The learner process's metrics, as they stand, until its first report replaces them:
         # /metrics shows every series from the start, at the checkpoint's values or zero.
-        initial = LearningMetrics.of(self.learner, DEAD_LETTER_REASONS)
-        initial.restore(self.learner, progress)
-        fallback_counter(initial.registry, fell_back)
+        initial = LearningMetrics.of(self.learner)
+        initial.restore(self.learner, progress, fell_back)
+        initial.set_model(self.learner)
         self.metrics.forward(initial.families())
         self.publisher = SnapshotPublisher(
             self.catalog, self.metrics, config.index, config.ivf_nprobe
