@@ -15,6 +15,8 @@ from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES, ConstraintKind
 
 __all__ = [
     "CONSTRAINT_KINDS",
+    "INT64_MAX",
+    "INT64_MIN",
     "MISSING_LABEL",
     "REASONS",
     "ROLES",
@@ -24,8 +26,10 @@ __all__ = [
     "DecodeError",
 ]
 
-#: Label value meaning "this item carries no label" (labels are int64 on the wire).
-MISSING_LABEL = int(np.iinfo(np.int64).min)
+#: The range of the int64 ids and labels carry on the wire and in batches.
+INT64_MIN, INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+#: Label value meaning "this item carries no label": a label is in (MISSING_LABEL, INT64_MAX].
+MISSING_LABEL = INT64_MIN
 
 #: Every reason a ``DecodeError`` may carry; dead letters and metrics are keyed by these.
 REASONS = (

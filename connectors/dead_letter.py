@@ -40,7 +40,7 @@ DEAD_LETTER_REASONS = (*REASONS, UNSUPPORTED_KIND)
 
 @dataclass(frozen=True)
 class DeadLetter:
-    """A rejected message: ``reason`` (a ``DecodeError`` reason), ``detail``, where it came
+    """A rejected message: ``reason`` (one of ``DEAD_LETTER_REASONS``), ``detail``, where it came
     from (``source`` topic or file, ``partition``, ``offset``), the original bytes (None for a
     Kafka tombstone, a record without a value) and when it was rejected (``ts``, seconds since
     the epoch).
@@ -176,7 +176,6 @@ class DeadLetterKafka(DeadLetterSink):
         self.topic = topic
         self.max_value_bytes = max_value_bytes
         self.fallback = fallback
-        self.fallbacks = 0
         self._sink = KafkaSink(topic, bootstrap_servers, config=config)
 
     def _deliver(self, letter: DeadLetter) -> None:
@@ -205,7 +204,11 @@ class DeadLetterKafka(DeadLetterSink):
         )  # fmt: skip
         if self.fallback is not None:
             self.fallback.write(letter)
-            self.fallbacks += 1
+
+    @property
+    def fallbacks(self) -> int:
+        """Letters written to the fallback file."""
+        return 0 if self.fallback is None else sum(self.fallback.counts.values())
 
     def flush(self) -> None:
         self._sink.flush()

@@ -17,12 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from oahu.connectors.constraint import MISSING_LABEL, ROLES, Constraint, DecodeError
+from oahu.connectors.constraint import INT64_MAX, MISSING_LABEL, ROLES, Constraint, DecodeError
 
 VERSION = 1
-# Labels travel as int64 in batches and in the binary format, whose smallest value means "no
-# label": a label outside (MISSING_LABEL, 2**63) cannot be represented and is refused.
-_LABEL_RANGE = (MISSING_LABEL + 1, 2**63 - 1)
 
 
 def encode_json(c: Constraint) -> bytes:
@@ -55,7 +52,8 @@ def _is_int(v: object) -> bool:
 
 
 def _is_label(v: object) -> bool:
-    return _is_int(v) and _LABEL_RANGE[0] <= v <= _LABEL_RANGE[1]  # type: ignore[operator]
+    # int64 in batches and in the binary format, whose smallest value means "no label"
+    return _is_int(v) and MISSING_LABEL < v <= INT64_MAX  # type: ignore[operator]
 
 
 def _finite_seconds(v: object) -> bool:

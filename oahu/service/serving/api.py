@@ -311,8 +311,9 @@ def _bearer(token: str | None) -> Callable[..., None]:
     ) -> None:
         if expected is None:
             return
-        given = b"" if credentials is None else credentials.credentials.encode("latin-1")
-        if credentials is None or not hmac.compare_digest(given, expected):
+        if credentials is None or not hmac.compare_digest(
+            credentials.credentials.encode("latin-1"), expected
+        ):
             raise HTTPException(
                 401, "a valid bearer token is required", headers={"WWW-Authenticate": "Bearer"}
             )

@@ -22,10 +22,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
 from pydantic_core import PydanticCustomError
 
-from oahu.connectors.constraint import MISSING_LABEL
+from oahu.connectors.constraint import INT64_MAX, INT64_MIN, MISSING_LABEL
 
 MAX_ID_LENGTH = 256  # characters of a string id
-INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _KINDS = {bool: "a boolean", type(None): "null", float: "a number", list: "an array"}
@@ -96,12 +95,9 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 class RequestModels:
     """The request bodies of one app (classes made by :func:`request_models`)."""
 
-    ItemRef: type[BaseModel]
     ItemsQuery: type[BaseModel]
     NeighbourQuery: type[BaseModel]
-    Pair: type[BaseModel]
     VerifyQuery: type[BaseModel]
-    NewItem: type[BaseModel]
     AddItems: type[BaseModel]
     RemoveItems: type[BaseModel]
 
@@ -183,9 +179,7 @@ def request_models(n_features: int, max_items: int) -> RequestModels:
         model_config = _STRICT
         ids: list[ItemId] = batch("ids")
 
-    return RequestModels(
-        ItemRef, ItemsQuery, NeighbourQuery, Pair, VerifyQuery, NewItem, AddItems, RemoveItems
-    )
+    return RequestModels(ItemsQuery, NeighbourQuery, VerifyQuery, AddItems, RemoveItems)
 
 
 def json_safe(value: Any, max_chars: int = 80) -> Any:
