@@ -6,7 +6,7 @@ again on the CPU, and reports each run's triplets/s, 5-NN error and macro-F1 (de
 as gallery, whole test split as queries) and, per batch size, the largest difference between the
 CPU and CUDA models' weights and test embeddings.
 
-    python benchmarks/cuda_check.py --out benchmarks/results/throughput-cuda.json
+    python benchmarks/cuda_check.py --out benchmarks/results/cuda-check.json
     python benchmarks/cuda_check.py --fashion-mnist-root DIR   # where the .gz files are
 
 A machine without the Debian package ``dataset-fashion-mnist`` takes the four
@@ -68,7 +68,7 @@ def main() -> None:
     parser.add_argument("--constraints", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fashion-mnist-root", default=FASHION_MNIST_ROOT, metavar="DIR")
-    parser.add_argument("--out", type=Path, default=Path("throughput-cuda.json"))
+    parser.add_argument("--out", type=Path, default=Path("cuda-check.json"))
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("cuda_check: no CUDA device here")
