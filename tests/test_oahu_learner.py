@@ -245,13 +245,22 @@ def test_hedge_discounts_the_depths_by_their_prequential_mistakes() -> None:
     paper.learn_triplets(*t[:, :1])
     assert ours.alpha.tolist() == pytest.approx([1 / 2] * 2)
     assert not np.allclose(paper.alpha, 1 / 6)
-    # A mistake of one depth alone costs it a factor β (Eq. 20 with L_min = 0).
-    ours._alpha = np.float32([1 / 2] * 2)
-    mistakes = np.float32([1.0, 0.0])
-    from oahu.hedge import hedge_update
 
-    after = hedge_update(ours._alpha, mistakes, ours.config.beta, ours.config.smoothing)
-    assert after[0] / after[1] == pytest.approx(ours.config.beta)
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_hedge_weights_the_depth_that_ranks_new_constraints_right_more_often(seed) -> None:
+    """Over a whole stream (the prequential window covers all of it), the depth with fewer
+    prequential mistakes ends with more of α."""
+    from oahu.streams.stream_file import build_stream
+
+    stream = build_stream("digits", 1500, seed)
+    model = OAHU(stream.n_features, device="cpu", prequential_window=1500, seed=seed)
+    model.prepare(stream.X[stream.dev_idx])
+    c = stream.constraints
+    model.learn_triplets(stream.X[c[:, 0]], stream.X[c[:, 1]], stream.X[c[:, 2]])
+    accuracy = model.prequential.per_depth
+    assert accuracy[0] != accuracy[1]
+    assert (model.alpha[1] > model.alpha[0]) == (accuracy[1] > accuracy[0])
 
 
 def test_step_size_decays_with_the_triplets_learned(triplets) -> None:

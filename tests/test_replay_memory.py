@@ -32,7 +32,6 @@ def test_every_triplet_is_held_with_probability_capacity_over_seen(batch: int) -
             memory.add(triplets(min(batch, n - start), start))
         held[memory.rows[:, 0, 0].astype(int)] += 1
     frequency = held / runs
-    assert frequency.mean() == pytest.approx(capacity / n)
     # Binomial(2000, 0.1): sd 0.0067; the first and the last items alike.
     assert np.abs(frequency - capacity / n).max() < 0.04
     assert frequency[:10].mean() == pytest.approx(frequency[-10:].mean(), abs=0.03)
