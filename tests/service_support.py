@@ -92,6 +92,27 @@ def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.05
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def start_service(stream_file: Path, state: Path, n: int, **config: Any) -> Any:
+    """An in-process service learning the ``n`` constraints of ``stream_file``, started and
+    waited for until it has consumed them all and serves a snapshot of the final model."""
+    from oahu.service.config import ServiceConfig
+    from oahu.service.serving.app import Service
+
+    service = Service(
+        ServiceConfig(
+            source=stream_file.as_uri(), checkpoint_dir=str(state), reindex_interval=0.05, **config
+        )
+    )
+    service.start()
+    wait_until(lambda: service.status["constraints_consumed"] == n, 60, "the stream")
+    wait_until(
+        lambda: service.publisher.current and service.publisher.current.updates == n,
+        30,
+        "the final snapshot",
+    )
+    return service
+
+
 class ServiceProcess:
     """``python -m oahu.cli.main run ARGS`` as a subprocess, with its HTTP API."""
 

@@ -9,7 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from service_support import assert_same_model, make_stream, train_reference, wait_until
+from service_support import (
+    assert_same_model,
+    make_stream,
+    train_reference,
+    wait_until,
+)
+from service_support import start_service as start_file_service
 
 from oahu.config import OAHUConfig
 from oahu.evaluation import evaluate, knn_classify
@@ -28,24 +34,15 @@ def stream_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def start_service(stream_file: Path, state: Path, **changes: object) -> Service:
-    config = ServiceConfig(
-        source=stream_file.as_uri(),
-        checkpoint_dir=str(state),
-        reindex_interval=0.05,
+    return start_file_service(
+        stream_file,
+        state,
+        N,
         auth_token=TOKEN,
         max_request_bytes=200_000,
         max_batch_items=64,
         **changes,
     )
-    service = Service(config)
-    service.start()
-    wait_until(lambda: service.status["constraints_consumed"] == N, 60, "the stream")
-    wait_until(
-        lambda: service.publisher.current and service.publisher.current.updates == N,
-        30,
-        "the final snapshot",
-    )
-    return service
 
 
 @pytest.fixture(scope="module")

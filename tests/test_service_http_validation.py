@@ -27,10 +27,10 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 from service_support import make_stream, wait_until
+from service_support import start_service as start_file_service
 
 from oahu.registry import make_learner
 from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
-from oahu.service.config import ServiceConfig
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving import snapshot as snapshot_module
 from oahu.service.serving.app import Service
@@ -52,20 +52,14 @@ FUZZ = settings(
 
 
 def start_service(stream_file: Path, state: Path) -> Service:
-    service = Service(
-        ServiceConfig(
-            source=stream_file.as_uri(),
-            checkpoint_dir=str(state),
-            reindex_interval=0.05,
-            auth_token=TOKEN,
-            max_request_bytes=MAX_BYTES,
-            max_batch_items=MAX_ITEMS,
-        )
+    return start_file_service(
+        stream_file,
+        state,
+        N,
+        auth_token=TOKEN,
+        max_request_bytes=MAX_BYTES,
+        max_batch_items=MAX_ITEMS,
     )
-    service.start()
-    wait_until(lambda: service.status["constraints_consumed"] == N, 60, "the stream")
-    wait_until(lambda: service.publisher.current is not None, 30, "a snapshot")
-    return service
 
 
 @pytest.fixture(scope="module")
