@@ -10,8 +10,10 @@ Delivery: a checkpoint holds the learner and the next offset of every partition 
 source offsets (Kafka group offsets) are committed only after the checkpoint is durable. On
 start (a file source announces its one partition at the first poll) and on every partition
 assignment the source is moved to the checkpointed offsets (or the group's committed offset when
-that is further: another group member learned those records). A
-crash at any moment therefore replays exactly the records the checkpointed model has not seen.
+that is further: another group member learned those records; except right after a fallback past
+a corrupt checkpoint, whose offsets may be the ones committed: then the restored checkpoint's own
+offsets win, see :meth:`ConsumerLoop._start_offset`). A crash at any moment therefore replays
+exactly the records the checkpointed model has not seen.
 Dead letters between the last checkpoint and a crash are emitted again on replay: the
 dead-letter sink is at-least-once, the model exactly-once.
 """
