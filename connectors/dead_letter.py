@@ -34,8 +34,14 @@ _MAX_DETAIL = 1000  # characters of ``detail`` kept in a header
 
 #: A valid constraint of a kind the learner cannot learn (a pair for a learner of triplets).
 UNSUPPORTED_KIND = "unsupported_kind"
-#: Every reason a record is dead-lettered for: the decoder's, and a learner's refusal of its kind.
-DEAD_LETTER_REASONS = (*REASONS, UNSUPPORTED_KIND)
+#: A record whose learning raised when it was learned by itself (an error the decoder and the
+#: resolver let through); ``detail`` carries the error.
+LEARN_ERROR = "learn_error"
+#: A record that was being learned when the learner process crashed, again and again.
+CRASH_LOOP = "crash_loop"
+#: Every reason a record is dead-lettered for: the decoder's, a learner's refusal of its kind,
+#: and the learn loop's own two for records that break the learner.
+DEAD_LETTER_REASONS = (*REASONS, UNSUPPORTED_KIND, LEARN_ERROR, CRASH_LOOP)
 
 
 @dataclass(frozen=True)

@@ -139,16 +139,17 @@ def write_checkpoint(
     learner: Learner,
     progress: Progress,
     keep_previous: bool = True,
-) -> None:
+) -> bytes:
     """Atomically write learner + progress (temp file, fsync, rename, fsync dir), the one it
     replaces kept as the previous checkpoint (:func:`checkpoint_files`) unless not
-    ``keep_previous`` (it holds the same model)."""
+    ``keep_previous`` (it holds the same model); returns the bytes written."""
     # Built before the rotation: a failure to build or write it leaves the kept ones as they were.
     data = learner_to_bytes(learner, extra={"service": progress.to_extra()})
     if keep_previous:
         _keep_previous(Path(path))
     with atomic_open(path, "wb") as fh:
         fh.write(data)
+    return data
 
 
 def read_checkpoint(path: str | os.PathLike[str]) -> tuple[Learner, Progress] | None:

@@ -29,12 +29,20 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 from prometheus_client.metrics_core import Metric
 
-from oahu.connectors.dead_letter import UNSUPPORTED_KIND, DeadLetter, DeadLetterSink
+from oahu.connectors.dead_letter import (
+    CRASH_LOOP,
+    LEARN_ERROR,
+    UNSUPPORTED_KIND,
+    DeadLetter,
+    DeadLetterSink,
+)
 from oahu.connectors.messages import decode_batch
 from oahu.connectors.source import Source, SourceRecord
 from oahu.learner import Learner
+from oahu.persistence import learner_from_bytes, learner_to_bytes
 from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import (
     Progress,
@@ -42,6 +50,7 @@ from oahu.service.checkpoints import (
     write_checkpoint,
 )
 from oahu.service.config import ServiceConfig
+from oahu.service.learning.in_flight import CRASH_LOOP_STRIKES, InFlight, offset_ranges
 from oahu.service.learning.resolve import ResolvedBatch, resolve_batch
 from oahu.service.metrics import LearningMetrics
 from oahu.service.status import model_status
@@ -49,6 +58,13 @@ from oahu.service.status import model_status
 log = logging.getLogger(__name__)
 
 _LAG_REFRESH_SECONDS = 1.0
+
+
+def caused_by_records(exc: Exception) -> bool:
+    """Whether an error while learning records may be theirs (a value the decoder let through
+    that breaks the learner); running out of memory or failing I/O is the machine's, and
+    dead-lettering records for it would drain the stream into the dead-letter sink."""
+    return not isinstance(exc, (MemoryError, OSError, torch.OutOfMemoryError))
 
 
 class ServingLink(Protocol):
@@ -73,7 +89,13 @@ class ConsumerLoop:
     records and waits at most ``poll_timeout``; ``exit_at_end`` ends the loop once the source is
     exhausted. The loop handles the source's partition assignments (``Source.listen``).
     ``fell_back``: ``progress`` comes from an earlier checkpoint than the latest (see
-    :meth:`on_assign`).
+    :meth:`on_assign`). ``start_state``: ``learner`` as :mod:`oahu.persistence` bytes, if the
+    caller has them (else they are made), the state an error before the first checkpoint
+    rewinds to (:meth:`_rewind`).
+
+    The records in flight are named in the checkpoint directory (:mod:`.in_flight`): after a
+    crash they are learned one at a time, and one that crashes the learner again and again is
+    dead-lettered as ``crash_loop``.
     """
 
     def __init__(
@@ -87,6 +109,7 @@ class ConsumerLoop:
         metrics: LearningMetrics,
         progress: Progress,
         fell_back: bool = False,
+        start_state: bytes | None = None,
     ) -> None:
         self.config = config
         self.learner = learner
@@ -108,7 +131,13 @@ class ConsumerLoop:
         # After a fallback past a refused newer checkpoint the group's committed offsets may be
         # that checkpoint's: this model's own offsets win until each partition is assigned.
         self._own_offsets_win = set(progress.offsets) if fell_back else set()
+        self._fell_back = fell_back
         self.metrics.restore(self.learner, self.progress, fell_back)
+        self._rewind_point = start_state or learner_to_bytes(learner)
+        self._assigned_at: dict[int, int] = {}  # where each partition started when assigned
+        self._refused: dict[tuple[int, int], tuple[str, str]] = {}  # (partition, offset) → letter
+        self.in_flight = InFlight(config.checkpoint_dir)
+        self.recovery = self.in_flight.recover()
         self._refresh_status()  # counters continue from the checkpoint, gauges set
         source.listen(self.on_assign, self.on_revoke)
 
@@ -141,37 +170,89 @@ class ConsumerLoop:
             self.finished.set()
 
     def process(self, records: list[SourceRecord]) -> None:
-        """Learn every valid record in order; dead-letter the others; advance the offsets."""
-        decoded = decode_batch([r.value for r in records])
-        errors = list(decoded.errors)
-        for batch in decoded.batches:
-            resolved, failed = resolve_batch(batch, self.catalog.items, dim=self.learner.n_features)
-            errors.extend(failed)
-            if resolved is not None:
-                self._learn(resolved, records)
-        for i, error in sorted(errors, key=lambda e: e[0]):
-            self._dead_letter(DeadLetter.from_error(error, records[i]))
+        """Learn every valid record in order; dead-letter the others; advance the offsets.
+
+        An error while decoding, resolving or learning them rewinds the learner to the last
+        checkpoint (:meth:`_rewind`), and they are then learned one at a time, so the one that
+        raises is found and dead-lettered (``learn_error``) and the others are learned once.
+        """
+        for r in records:  # where a rewind restarts a partition the checkpoint does not know
+            self._assigned_at.setdefault(r.partition, r.offset)
+        if self.recovery.isolates(records):
+            self._process_alone(records)
+            return
+        self.in_flight.begin(records, self.recovery)
+        try:
+            letters = self._learn_records(records)
+        except Exception as exc:
+            if not caused_by_records(exc):
+                raise
+            self._rewind(records, exc)
+            return
+        for letter in letters:
+            self._dead_letter(letter)
+        self._advance(records)
+        self.in_flight.end(self.recovery)
+        self.link.offer(self.learner)
+        self._refresh_status()
+
+    def _process_alone(self, records: list[SourceRecord]) -> None:
+        """:meth:`process`, each record a batch of its own and named alone in the in-flight
+        file, so an error or a crash points at one record."""
+        for r in records:
+            key = (r.partition, r.offset)
+            if key not in self._refused and self.recovery.crash_looping(r):
+                detail = f"in flight alone at {CRASH_LOOP_STRIKES} crashes of the learner process"
+                self._refused[key] = (CRASH_LOOP, detail)
+            refused = self._refused.get(key)
+            if refused is not None:
+                self._dead_letter(DeadLetter(*refused, r.source, r.partition, r.offset, r.value,
+                                             time.time()))  # fmt: skip
+                self._advance([r])
+                continue
+            self.in_flight.begin([r], self.recovery, alone=True)
+            try:
+                letters = self._learn_records([r])
+            except Exception as exc:
+                if not caused_by_records(exc):
+                    raise
+                self._refused[key] = (LEARN_ERROR, f"{type(exc).__name__}: {exc}"[:1000])
+                self._rewind([r], exc)
+                return
+            for letter in letters:
+                self._dead_letter(letter)
+            self._advance([r])
+        self.in_flight.end(self.recovery)
+        self.link.offer(self.learner)
+        self._refresh_status()
+
+    def _advance(self, records: list[SourceRecord]) -> None:
         for r in records:
             self.progress.offsets[r.partition] = r.offset + 1
         self.progress.consumed += len(records)
         self.metrics.consumed.inc(len(records))
-        self.link.offer(self.learner)
-        self._refresh_status()
 
-    def _learn(self, batch: ResolvedBatch, records: list[SourceRecord]) -> None:
+    def _learn_records(self, records: list[SourceRecord]) -> list[DeadLetter]:
+        """Learn the valid records of ``records``; the dead letters for the others."""
+        decoded = decode_batch([r.value for r in records])
+        errors = list(decoded.errors)
+        letters: list[DeadLetter] = []
+        for batch in decoded.batches:
+            resolved, failed = resolve_batch(batch, self.catalog.items, dim=self.learner.n_features)
+            errors.extend(failed)
+            if resolved is not None:
+                letters.extend(self._learn(resolved, records))
+        letters.extend(DeadLetter.from_error(error, records[i]) for i, error in errors)
+        return sorted(letters, key=lambda letter: (letter.partition, letter.offset))
+
+    def _learn(self, batch: ResolvedBatch, records: list[SourceRecord]) -> list[DeadLetter]:
         if not self.learner.capabilities.learns(batch.kind):
-            for i in batch.index.tolist():
-                letter = DeadLetter(
-                    UNSUPPORTED_KIND,
-                    f"learner {self.learner.name!r} does not learn from {batch.kind}s",
-                    records[i].source,
-                    records[i].partition,
-                    records[i].offset,
-                    records[i].value,
-                    time.time(),
-                )
-                self._dead_letter(letter)
-            return
+            detail = f"learner {self.learner.name!r} does not learn from {batch.kind}s"
+            return [
+                DeadLetter(UNSUPPORTED_KIND, detail, r.source, r.partition, r.offset, r.value,
+                           time.time())
+                for r in (records[i] for i in batch.index.tolist())
+            ]  # fmt: skip
         learner = self.learner
         seen, skipped, used = learner.constraints_learned, Counter(learner.skipped), None
         started = time.perf_counter()
@@ -181,6 +262,32 @@ class ConsumerLoop:
         self.metrics.used.inc(int(np.count_nonzero(used)))
         for reason, count in (learner.skipped - skipped).items():
             self.metrics.skipped.labels(reason=reason).inc(count)
+        return []
+
+    def _rewind(self, records: list[SourceRecord], exc: BaseException) -> None:
+        """After an error while learning ``records``: the learner may hold part of an update,
+        so continue from the last checkpoint's learner and offsets (kept in memory) and learn
+        what follows it again, ``records`` one at a time. Letters sent since that checkpoint
+        are sent again (the dead-letter sink is at-least-once); the counters restart from the
+        checkpoint's totals, as after a restart."""
+        ranges = {p: f"{a}-{b}" for p, (a, b) in offset_ranges(records).items()}
+        log.error(
+            "learning offsets %s raised %s: %s; continuing from the last checkpoint (%d "
+            "constraints consumed) and learning them one at a time",
+            ranges, type(exc).__name__, exc, self.checkpointed.consumed, exc_info=exc,
+        )  # fmt: skip
+        self.learner, _ = learner_from_bytes(self._rewind_point)
+        self.progress = Progress.from_extra(self.checkpointed.to_extra())
+        owned = self.source.assignment
+        starts = {p: self.progress.offsets.get(p, self._assigned_at.get(p)) for p in owned}
+        targets = {p: o for p, o in starts.items() if o is not None}
+        self.progress.offsets.update(targets)
+        self.recovery.suspect(records)
+        self.in_flight.end(self.recovery)
+        self.source.seek(targets)
+        self.metrics = LearningMetrics.of(self.learner)
+        self.metrics.restore(self.learner, self.progress, self._fell_back)
+        self._refresh_status(force=True)
 
     def _dead_letter(self, letter: DeadLetter) -> None:
         self.dead_letters.write(letter)
@@ -204,13 +311,25 @@ class ConsumerLoop:
             # the same model as the latest checkpoint (nothing consumed since, e.g. the final
             # one after a revoke) replaces it rather than pushing an older one out of those kept
             keep = self.progress.consumed != self.checkpointed.consumed
-            write_checkpoint(self.checkpoint_file, self.learner, self.progress, keep_previous=keep)
+            self._rewind_point = write_checkpoint(
+                self.checkpoint_file, self.learner, self.progress, keep_previous=keep
+            )
             self.checkpointed = Progress.from_extra(self.progress.to_extra())
+            self._forget_before(self.checkpointed.offsets)
             self._commit()
             self._checkpoint_due_at = time.monotonic() + self.config.checkpoint_interval
             self.metrics.checkpoint_seconds.observe(time.perf_counter() - started)
             self.metrics.checkpoint_time.set(self.progress.written_at)
             self._refresh_status(force=True)
+
+    def _forget_before(self, offsets: dict[int, int]) -> None:
+        """Suspects, strikes and refusals behind a checkpoint's ``offsets`` are settled: no
+        rewind or restart goes back to them."""
+        self.recovery.passed(offsets)
+        self._refused = {
+            (p, o): letter for (p, o), letter in self._refused.items() if o >= offsets.get(p, 0)
+        }
+        self.in_flight.end(self.recovery)
 
     def _commit(self) -> None:
         # connected, not ready: a commit is worth trying while the coordinator is slow to
@@ -245,8 +364,9 @@ class ConsumerLoop:
                     log.warning("committed offset of partition %s unavailable: %r", p, exc)
                     committed = None
                 target = self._start_offset(p, self.progress.offsets.get(p), committed)
+                self._assigned_at.pop(p, None)
                 if target is not None:
-                    targets[p] = target
+                    targets[p] = self._assigned_at[p] = target
                     self.progress.offsets[p] = target
             if targets:
                 self.source.seek(targets)

@@ -106,9 +106,11 @@ def build_loop(
     progress: Progress,
     link: ParentLink,
     fell_back: bool = False,
+    start_state: bytes | None = None,
 ) -> ConsumerLoop:
     """The learn loop over the configured source, with an item replica (``loop.catalog``);
-    ``fell_back``: the progress is an earlier checkpoint's than the latest (``Start``)."""
+    ``fell_back``: the progress is an earlier checkpoint's than the latest, ``start_state`` the
+    learner's bytes (both from ``Start``)."""
     items = ItemStore.load(config.items) if config.items else ItemStore()
     source: Source
     if config.is_kafka:
@@ -122,7 +124,9 @@ def build_loop(
     catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
     metrics = LearningMetrics.of(learner)
     sink = dead_letter_sink(config)
-    return ConsumerLoop(config, learner, source, catalog, sink, link, metrics, progress, fell_back)
+    return ConsumerLoop(
+        config, learner, source, catalog, sink, link, metrics, progress, fell_back, start_state
+    )
 
 
 def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -> None:
@@ -144,7 +148,7 @@ def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -
     try:
         learner, _ = learner_from_bytes(start.learner)
         progress = Progress.from_extra(start.progress)
-        loop = build_loop(config, learner, progress, link, start.fell_back)
+        loop = build_loop(config, learner, progress, link, start.fell_back, start.learner)
         reader = threading.Thread(
             target=listen, args=(inbox, loop.catalog.apply, link, stop), daemon=True
         )
