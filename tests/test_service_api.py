@@ -238,6 +238,7 @@ def test_health_readiness_and_metrics(running):
     assert "oahu_prequential_accuracy " in text  # the gauges of OAHU's declared diagnostics
     assert f'oahu_depth_prequential_accuracy{{depth="{last}"}}' in text
     assert "oahu_checkpoint_age_seconds" in text and "oahu_gallery_items 899.0" in text
+    assert 'oahu_gc_pause_seconds_count{generation="0"}' in text  # every collection is timed
     assert (
         'oahu_http_request_duration_seconds_count{endpoint="/v1/classify",method="POST",'
         'status="422"}' in text

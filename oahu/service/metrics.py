@@ -239,6 +239,16 @@ class ServiceMetrics:
             registry=r,
         )
         self.ready = Gauge("oahu_ready", "1 while /readyz answers 200.", registry=r)
+        self.gc_pause_seconds = Histogram(
+            "oahu_gc_pause_seconds",
+            "Garbage collections of the serving process by generation; every query waits for "
+            "one (it holds the GIL).",
+            ["generation"],
+            buckets=_FAST,
+            registry=r,
+        )
+        for generation in range(3):  # every series from the start
+            self.gc_pause_seconds.labels(generation=str(generation))
         # What an operator alerts on when consumption stalls: both grow while it does.
         self.learner_report_age = Gauge(
             "oahu_learner_report_age_seconds",

@@ -33,6 +33,7 @@ from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
 from oahu.service.serving.api import ServiceView, create_app
+from oahu.service.serving.collector import CollectorPauses, freeze_startup_heap
 from oahu.service.serving.process import LearnerProcess
 from oahu.service.serving.queries import QueryEngine
 from oahu.service.serving.snapshot import SnapshotPublisher
@@ -131,6 +132,7 @@ class Service:
         self.metrics.source_contact_age.set_function(self._source_contact_age)
         self.engine = QueryEngine(self.publisher, max_batch_rows=max(config.max_batch_items, 1))
         self.app = create_app(self._view())
+        self.gc_pauses = CollectorPauses(self.metrics.gc_pause_seconds)
 
     # ------------------------------------------------------------------ construction
     def _restore_or_create(self, path: Path) -> tuple[Learner, Progress, bool]:
@@ -246,6 +248,7 @@ class Service:
         self.learning.stop()
         self.engine.stop()
         self.publisher.stop()
+        self.gc_pauses.close()
 
     def run(self, install_signals: bool = True) -> int:
         """Serve HTTP and learn until SIGTERM/SIGINT (or the end of the file with
@@ -266,6 +269,8 @@ class Service:
                 lifespan="off",
             )
         )
+        # What start-up built lives as long as the process: out of the collector's walks.
+        freeze_startup_heap()
         http = threading.Thread(target=server.run, name="oahu-http", daemon=True)
         http.start()
         while not server.started and http.is_alive():
