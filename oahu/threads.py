@@ -45,7 +45,9 @@ def blas_threads(n: int | None) -> AbstractContextManager[Any]:
 
 
 def use_native_threads(n: int = 1, faiss: bool = False) -> None:
-    """Run this thread's torch work (and with ``faiss``, faiss's) on ``n`` OpenMP threads.
+    """Run this thread's torch work (and with ``faiss``, faiss's) on ``n`` OpenMP threads, and
+    cap the BLAS libraries numpy calls (OpenBLAS) at ``n`` threads: that cap is one count for
+    the whole process, which suits the service, whose threads each use one.
 
     Only the serving process searches with faiss; the learner process never imports it.
 
@@ -56,6 +58,7 @@ def use_native_threads(n: int = 1, faiss: bool = False) -> None:
     import torch
 
     torch.set_num_threads(n)
+    _controller().limit(limits=n, user_api="blas")
     if faiss:
         import faiss as faiss_lib
 

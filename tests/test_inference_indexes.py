@@ -14,7 +14,7 @@ from oahu.inference.matmul import QUERY_BLOCK, MatmulIndex, smallest_k
 
 
 @pytest.mark.parametrize("metric", ["l2", "ip"])
-@pytest.mark.parametrize("n_queries", [1, 7, 64, QUERY_BLOCK + 5])
+@pytest.mark.parametrize("n_queries", [1, 2, 3, 4, 7, 64, QUERY_BLOCK + 5])  # each product path
 def test_same_neighbours_and_distances_as_the_flat_index(metric: str, n_queries: int):
     rng = np.random.default_rng(n_queries)
     gallery = rng.normal(size=(3, 12_000, 16)).astype(np.float32)  # 24 blocks for k = 10
