@@ -12,14 +12,21 @@ keep-alive connections sending one-item classify requests (test items):
   delayed behind a slow one on its connection is charged for the wait (no coordinated
   omission). The report names the highest rate whose p99 stays within ``--target-ms``.
 
+Two clients measure the fixed rates (``--clients-kind``): this benchmark's own, a minimal asyncio
+HTTP/1.1 client with the request bytes prepared in advance (it takes as little CPU from the
+server as it can), and aiohttp's ``ClientSession``, a client of the common kind: request i is
+sent at i/R whatever came before (open loop), over a pool of ``--clients`` keep-alive
+connections, its latency counted from i/R (waiting for a free connection included). Each rate is
+measured ``--repeats`` times per client; the report names, per client, the highest rate at which
+every step up to it kept p99 within ``--target-ms``.
+
 The learner keeps consuming the stream through every phase: each phase reports the constraints it
 learned per second, the CPU seconds of the serving process, the learner process and this client,
-and the load average; a phase that ends with the stream exhausted is flagged. Client, server and
-learner share the machine's cores. The client is a minimal asyncio HTTP/1.1 client with the
-request bytes prepared in advance, so that it takes as little CPU from the server as it can.
+the load average, and the serving process's longest garbage collection; a phase that ends with
+the stream exhausted is flagged. Client, server and learner share the machine's cores.
 
     python benchmarks/serve_latency.py                                # the issue's setting
-    python benchmarks/serve_latency.py --rates 100 200 300 --seconds 20
+    python benchmarks/serve_latency.py --rates 100 200 300 --seconds 20 --repeats 3
 """
 
 from __future__ import annotations
@@ -163,6 +170,37 @@ async def closed_loop(conns: list[Connection], raws: list[bytes], seconds: float
     return rec
 
 
+async def aiohttp_session(clients: int) -> Any:
+    import aiohttp
+
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=clients))
+
+
+async def aiohttp_fixed_rate(
+    session: Any, url: str, bodies: list[bytes], seconds: float, rate: float
+) -> Recorder:
+    """``rate`` requests/s through aiohttp: request i is sent at i / rate (open loop), on
+    whichever of the session's keep-alive connections is free."""
+    rec = Recorder()
+    total = int(seconds * rate)
+    start = time.perf_counter() + 0.05
+    rng = np.random.default_rng(0)
+    picks = rng.integers(len(bodies), size=total)
+    headers = {"content-type": "application/json"}
+
+    async def one(i: int) -> None:
+        due = start + i / rate
+        wait = due - time.perf_counter()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        async with session.post(url, data=bodies[picks[i]], headers=headers) as response:
+            body = await response.read()
+        rec.add(time.perf_counter() - due, response.status, body)
+
+    await asyncio.gather(*(one(i) for i in range(total)))
+    return rec
+
+
 async def fixed_rate(
     conns: list[Connection], raws: list[bytes], seconds: float, rate: float
 ) -> Recorder:
@@ -186,6 +224,27 @@ async def fixed_rate(
     return rec
 
 
+def gc_buckets(base: str) -> dict[float, float] | None:
+    """The serving process's garbage collections so far, as cumulative counts per upper bound
+    of ``oahu_gc_pause_seconds`` (all generations); None for a service without it."""
+    counts: dict[float, float] = {}
+    for line in httpx.get(base + "/metrics", timeout=10).text.splitlines():
+        if line.startswith("oahu_gc_pause_seconds_bucket"):
+            le = float(line.split('le="')[1].split('"')[0])
+            counts[le] = counts.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+    return counts or None
+
+
+def gc_summary(before: dict[float, float] | None, after: dict[float, float] | None) -> Any:
+    """How many collections a phase had, and the bound its longest one stayed within (ms)."""
+    if before is None or after is None:
+        return None
+    delta = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
+    total = delta[-1][1]
+    longest = next(le for le, count in delta if count >= total) if total else 0.0
+    return {"collections": int(total), "longest_within_ms": longest * 1000}
+
+
 def phase(
     name: str,
     run: Callable[[], Recorder],
@@ -198,6 +257,7 @@ def phase(
     before = httpx.get(base + "/v1/model", timeout=10).json()
     cpu0 = (cpu_seconds(server_pid), cpu_seconds(learner or server_pid), resource.getrusage(0))
     load = os.getloadavg()[0]
+    gc_before = gc_buckets(base)
     started = time.perf_counter()
     rec = run()
     elapsed = time.perf_counter() - started
@@ -217,6 +277,7 @@ def phase(
             "client": client_cpu / elapsed,
         },
         "load_average_1m_before": load,
+        "serving_gc": gc_summary(gc_before, gc_buckets(base)),
     }
     if after["lag"] and result["stream_left_after"] == 0:
         result["warning"] = "the stream ran out during this phase: use a longer --constraints"
@@ -238,22 +299,52 @@ def client_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def measure(args: argparse.Namespace, base: str, port: int, server_pid: int, raws: list[bytes]):
+CLIENTS = ("own", "aiohttp")
+
+
+def measure(
+    args: argparse.Namespace, base: str, port: int, server_pid: int, raws: list[bytes],
+    bodies: list[bytes],
+) -> list[dict[str, Any]]:  # fmt: skip
     phases = []
     with asyncio.Runner(loop_factory=client_loop_factory()) as runner:
         conns = runner.run(open_all("127.0.0.1", port, args.clients))
+        session = runner.run(aiohttp_session(args.clients)) if "aiohttp" in args.client else None
 
         def closed(seconds: float) -> Callable[[], Recorder]:
             return lambda: runner.run(closed_loop(conns, raws, seconds))
 
+        def fixed(client: str, rate: float) -> Callable[[], Recorder]:
+            if client == "own":
+                return lambda: runner.run(fixed_rate(conns, raws, args.seconds, rate))
+            url = base + "/v1/classify"
+            return lambda: runner.run(aiohttp_fixed_rate(session, url, bodies, args.seconds, rate))
+
         phase("warm-up", closed(args.warmup), None, base, server_pid)
         phases.append(phase("closed-loop", closed(args.seconds), None, base, server_pid))
         for rate in args.rates:
-            run = lambda r=rate: runner.run(fixed_rate(conns, raws, args.seconds, r))  # noqa: E731
-            phases.append(phase(f"fixed-rate {rate:g}/s", run, rate, base, server_pid))
+            for step in range(args.repeats):
+                for client in args.client:  # interleaved: both meet the same learner and load
+                    name = f"fixed-rate {rate:g}/s, {client} client, step {step + 1}"
+                    result = phase(name, fixed(client, rate), rate, base, server_pid)
+                    phases.append({**result, "client": client})
+        if session is not None:
+            runner.run(session.close())
         for conn in conns:
             conn.close()
     return phases
+
+
+def highest_rate_within(phases: list[dict[str, Any]], client: str, target_ms: float) -> Any:
+    """The highest offered rate at which this client's every step, at it and at every lower
+    rate, kept p99 within ``target_ms`` (None if the lowest rate did not)."""
+    best = None
+    for rate in sorted({p["offered_per_s"] for p in phases if p.get("client") == client}):
+        steps = [p for p in phases if p.get("client") == client and p["offered_per_s"] == rate]
+        if not all(p["p99_ms"] <= target_ms for p in steps):
+            break
+        best = rate
+    return best
 
 
 def main() -> None:
@@ -264,6 +355,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=20.0, help="per phase")
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--rates", type=float, nargs="*", default=[100, 200, 300, 400, 500])
+    parser.add_argument("--repeats", type=int, default=1, help="steps per rate and client")
+    parser.add_argument(
+        "--client", nargs="+", choices=CLIENTS, default=list(CLIENTS),
+        help="clients that measure the fixed rates (aiohttp: pip install -e '.[bench]')",
+    )  # fmt: skip
     parser.add_argument("--target-ms", type=float, default=50.0, help="p99 objective")
     parser.add_argument("--learner", default="oahu")
     parser.add_argument("--index", choices=("exact", "ivf"), default="exact")
@@ -276,7 +372,9 @@ def main() -> None:
 
     stream = build_stream(args.dataset, args.constraints, seed=args.seed)
     port = free_port()
-    raws = requests(stream.X[stream.test_idx[:1000]], f"127.0.0.1:{port}")
+    queries = stream.X[stream.test_idx[:1000]]
+    raws = requests(queries, f"127.0.0.1:{port}")
+    bodies = [json.dumps({"items": [{"x": x.tolist()}]}).encode() for x in queries]
     with tempfile.TemporaryDirectory(prefix="oahu-serve-bench-") as tmp:
         stream_file = Path(tmp) / "stream.npz"
         stream.save(stream_file)
@@ -289,11 +387,10 @@ def main() -> None:
         try:
             wait_ready(base, proc, timeout=300)
             model = httpx.get(base + "/v1/model", timeout=10).json()
-            phases = measure(args, base, port, proc.pid, raws)
+            phases = measure(args, base, port, proc.pid, raws, bodies)
         finally:
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(timeout=120)
-    passing = [p["offered_per_s"] for p in phases[1:] if p["p99_ms"] <= args.target_ms]
     report = {
         "benchmark": "serve_latency",
         "command": " ".join(["python", "benchmarks/serve_latency.py", *sys.argv[1:]]),
@@ -305,10 +402,16 @@ def main() -> None:
         "client_event_loop": "asyncio" if client_loop_factory() is None else "uvloop",
         "seconds_per_phase": args.seconds,
         "target_p99_ms": args.target_ms,
-        "highest_offered_rate_meeting_target_per_s": max(passing, default=None),
+        "repeats": args.repeats,
+        "highest_rate_with_p99_within_target_in_every_step_per_s": {
+            client: highest_rate_within(phases, client, args.target_ms) for client in args.client
+        },
         "phases": phases,
         "service_exit_code": exit_code,
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
+        ).stdout.strip(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
