@@ -314,9 +314,19 @@ def measure(
         def closed(seconds: float) -> Callable[[], Recorder]:
             return lambda: runner.run(closed_loop(conns, raws, seconds))
 
+        async def own_fixed_rate(rate: float) -> Recorder:
+            # fresh connections: the server closes keep-alive ones idle for 5 s (uvicorn's
+            # default), as ours are while the aiohttp client measures
+            fresh = await open_all("127.0.0.1", port, args.clients)
+            try:
+                return await fixed_rate(fresh, raws, args.seconds, rate)
+            finally:
+                for conn in fresh:
+                    conn.close()
+
         def fixed(client: str, rate: float) -> Callable[[], Recorder]:
             if client == "own":
-                return lambda: runner.run(fixed_rate(conns, raws, args.seconds, rate))
+                return lambda: runner.run(own_fixed_rate(rate))
             url = base + "/v1/classify"
             return lambda: runner.run(aiohttp_fixed_rate(session, url, bodies, args.seconds, rate))
 
