@@ -15,6 +15,8 @@ own count with :func:`use_native_threads` when it starts.
 
 from __future__ import annotations
 
+import os
+import threading
 from contextlib import AbstractContextManager, nullcontext
 from functools import cache
 from typing import Any
@@ -63,3 +65,18 @@ def use_native_threads(n: int = 1, faiss: bool = False) -> None:
         import faiss as faiss_lib
 
         faiss_lib.omp_set_num_threads(n)
+
+
+def lower_thread_priority(niceness: int) -> None:
+    """Add ``niceness`` to the calling thread's nice value (at most 19), leaving the rest of the
+    process as it is: Linux schedules each thread as a task of its own, and ``setpriority`` on a
+    thread id affects that thread only. Elsewhere it does nothing.
+
+    >>> lower_thread_priority(0)  # a no-op, but a valid call
+    """
+    try:
+        tid = threading.get_native_id()
+        current = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, current + niceness))
+    except (AttributeError, OSError):  # no per-thread priorities here, or not permitted
+        pass

@@ -11,7 +11,8 @@ through the API trigger a rebuild too.
 Re-embedding a large gallery is the most expensive thing the serving process does (0.45 s for
 35,000 Fashion-MNIST items), so the builder takes at most ``MAX_BUILD_SHARE`` of a core: after a
 build of t seconds it waits t·(1/share − 1) before the next, the newest state replacing older
-ones meanwhile.
+ones meanwhile. Its thread also runs at ``BUILDER_NICENESS`` (as the learner process does): when
+the cores run short, queries come first and the snapshot follows the model a little later.
 
 A build that fails (a model that does not load, a gallery that does not fit in memory) leaves the
 previous snapshot serving: the builder logs why, keeps the reason in ``error`` (shown by /readyz
@@ -35,11 +36,12 @@ from oahu.learner import Learner
 from oahu.persistence import learner_from_bytes
 from oahu.service.catalog import Catalog
 from oahu.service.metrics import ServiceMetrics
-from oahu.threads import use_native_threads
+from oahu.threads import lower_thread_priority, use_native_threads
 
 log = logging.getLogger(__name__)
 
 MAX_BUILD_SHARE = 0.1
+BUILDER_NICENESS = 10
 RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
 GalleryArrays = tuple[int, list[str], np.ndarray, np.ndarray]  # version, ids, X, y
@@ -183,6 +185,7 @@ class SnapshotPublisher:
 
     def _run(self) -> None:
         use_native_threads(1, faiss=True)
+        lower_thread_priority(BUILDER_NICENESS)
         while True:
             with self._cond:
                 while not self._stop:
