@@ -157,6 +157,7 @@ class Learner(ABC):
         self.constraints_used = 0  # constraints that changed the model (numerator of U)
         self.updates = 0  # parameter steps taken (a micro-batch step counts once)
         self.skipped: Counter[str] = Counter()
+        self.queries_only = False  # rebuilt from get_state(queries_only=True): cannot learn
 
     # ----------------------------------------------------------------- counters
     @property
@@ -214,7 +215,15 @@ class Learner(ABC):
             return self.learn_triplets(x[:, 0], x[:, 1], x[:, 2])
         return self.learn_pairs(x[:, 0], x[:, 1], similar)
 
+    def _check_learnable(self) -> None:
+        if self.queries_only:
+            raise ValueError(
+                f"{self.name!r} was rebuilt for queries only, without what learning keeps: "
+                "it cannot learn"
+            )
+
     def _check_kind(self, kind: str) -> None:
+        self._check_learnable()
         if not self.capabilities.learns(kind):
             kinds = ", ".join(f"{k}s" for k in self.capabilities.constraint_kinds)
             raise ValueError(f"kind: {self.name!r} learns from {kinds}, not from {kind}s")
@@ -286,6 +295,7 @@ class Learner(ABC):
         constraint changed the model."""
         if not self.capabilities.learns_samples:
             raise ValueError(f"{self.name!r} learns from constraints, not from labelled samples")
+        self._check_learnable()
         items = as_feature_matrix(x, self.n_features, "X")
         labels = np.asarray(y)
         if labels.ndim != 1 or len(labels) != len(items):
@@ -346,12 +356,20 @@ class Learner(ABC):
         """Embed validated, preprocessed float32 items (n, n_features)."""
 
     # ----------------------------------------------------------------- state
-    def get_state(self) -> dict[str, Any]:
-        """Everything needed to continue exactly where this learner stands.
+    def get_state(self, queries_only: bool = False) -> dict[str, Any]:
+        """Everything needed to continue exactly where this learner stands; with
+        ``queries_only``, only what answering queries needs (the model without the memories of
+        past constraints that learning keeps, ``_query_state``): a learner rebuilt from it
+        embeds, classifies and retrieves the same, and refuses to learn or to be saved.
 
         Only tensors, numbers, strings, lists and dicts, so that ``torch.load(...,
         weights_only=True)`` can read it back.
         """
+        if self.queries_only and not queries_only:
+            raise ValueError(
+                f"{self.name!r} was rebuilt for queries only, without what learning keeps: "
+                "save or continue the learner it was taken from"
+            )
         return {
             "learner": self.name,
             "n_features": self.n_features,
@@ -363,8 +381,14 @@ class Learner(ABC):
             },
             "params": self.get_params(),
             "preprocess": self.input_scaler.get_state(),
-            "model": self._get_state(),
+            "model": self._query_state() if queries_only else self._get_state(),
+            "queries_only": queries_only,
         }
+
+    def _query_state(self) -> dict[str, Any]:
+        """The part of ``_get_state`` queries need: all of it unless a learner keeps memories
+        for learning only."""
+        return self._get_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
         if state.get("learner") != self.name:
@@ -377,6 +401,7 @@ class Learner(ABC):
         self.updates = int(counters["updates"])
         self.skipped = Counter({k: int(v) for k, v in counters["skipped"].items()})
         self.input_scaler.set_state(state["preprocess"])
+        self.queries_only = bool(state.get("queries_only", False))
         self._set_state(state["model"])
 
     @classmethod

@@ -370,15 +370,22 @@ class OAHU(Learner):
     # ---------------------------------------------------------------- state
     def _get_state(self) -> dict[str, Any]:
         return {
+            **self._query_state(),
+            "rng": _rng_state(self._rng),
+            "replay": self._replay.get_state(),
+            "graph": self._graph.get_state(),
+            "prequential": self.prequential.get_state(),
+        }
+
+    def _query_state(self) -> dict[str, Any]:
+        # Without the replay and mined memories and the prequential windows: most of a
+        # checkpoint's size, and they only serve learning.
+        return {
             "network": self.network.state_dict(),
             "alpha": self._as_tensor(self._alpha).detach().cpu().clone(),
             "last_losses": self.last_losses.clone(),
             "head0_prepared": self._head0_prepared,
             "learned": self._learned,
-            "rng": _rng_state(self._rng),
-            "replay": self._replay.get_state(),
-            "graph": self._graph.get_state(),
-            "prequential": self.prequential.get_state(),
         }
 
     def _set_state(self, state: dict[str, Any]) -> None:

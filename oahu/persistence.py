@@ -217,10 +217,14 @@ def _decode(data: bytes, where: str, device: str | None) -> tuple[Learner, dict[
     return learner, dict(blob.get("extra") or {})
 
 
-def learner_to_bytes(learner: Learner, extra: dict[str, Any] | None = None) -> bytes:
+def learner_to_bytes(
+    learner: Learner, extra: dict[str, Any] | None = None, queries_only: bool = False
+) -> bytes:
     """``learner`` (and optional plain ``extra`` data) as bytes: a header line with the SHA-256
-    and size of the payload, then the payload (``torch.save`` of plain data)."""
-    blob = {"format_version": FORMAT_VERSION, "state": learner.get_state(), "extra": extra or {}}
+    and size of the payload, then the payload (``torch.save`` of plain data). ``queries_only``:
+    only what answering queries needs (``Learner.get_state``), e.g. for a serving snapshot."""
+    state = learner.get_state(queries_only=queries_only)
+    blob = {"format_version": FORMAT_VERSION, "state": state, "extra": extra or {}}
     payload = io.BytesIO()
     torch.save(blob, payload)
     data = payload.getvalue()

@@ -131,3 +131,26 @@ def test_an_unknown_format_version_is_refused(tmp_path):
     torch.save({"format_version": 2, "state": {}, "extra": {}}, tmp_path / "future.pt")
     with pytest.raises(ValueError, match=r"format_version: .* has 2, this oahu reads 1"):
         load_learner(tmp_path / "future.pt")
+
+
+def test_a_queries_only_state_embeds_the_same_and_refuses_to_learn_or_be_saved():
+    """What the learner process sends the serving process for a snapshot: the model without the
+    memories learning keeps (most of a checkpoint), answering queries exactly as the learner."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(300, 12)).astype(np.float32)
+    learner = OAHU(12)
+    learner.prepare(x)
+    learner.learn_triplets(x[:100], x[100:200], x[200:])
+    full = learner_to_bytes(learner)
+    served, _ = learner_from_bytes(learner_to_bytes(learner, queries_only=True))
+    assert len(learner_to_bytes(learner, queries_only=True)) < len(full) / 3
+    np.testing.assert_array_equal(served.embed(x[:7]), learner.embed(x[:7]))
+    np.testing.assert_array_equal(served.alpha, learner.alpha)
+    assert served.updates == learner.updates and served.queries_only
+    with pytest.raises(ValueError, match="queries only"):
+        served.learn_triplets(x[:1], x[1:2], x[2:3])
+    with pytest.raises(ValueError, match="queries only"):
+        learner_to_bytes(served)  # saving it as a checkpoint would lose the memories
+    again, _ = learner_from_bytes(learner_to_bytes(served, queries_only=True))
+    np.testing.assert_array_equal(again.embed(x[:7]), learner.embed(x[:7]))
+    assert not learner_from_bytes(full)[0].queries_only

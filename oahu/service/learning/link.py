@@ -70,7 +70,8 @@ class ParentLink:
         """Send the learner if a new snapshot is due; True if it was sent."""
         if not self.schedule.due(learner.updates, force):
             return False
-        self._send(State(learner_to_bytes(learner)))
+        # what queries need only: OAHU's memories are most of a checkpoint's 16 MB
+        self._send(State(learner_to_bytes(learner, queries_only=True)))
         return True
 
     def report(

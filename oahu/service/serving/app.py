@@ -238,7 +238,7 @@ class Service:
         """Start the snapshot builder, the query worker and the learner process (not the HTTP
         server)."""
         self.publisher.start()
-        self.publisher.submit(self._initial)
+        self.publisher.submit(learner_to_bytes(self.learner, queries_only=True))
         self.engine.start()
         self.learning.start()
 
