@@ -27,6 +27,7 @@ the stream exhausted is flagged. Client, server and learner share the machine's 
 
     python benchmarks/serve_latency.py                                # the issue's setting
     python benchmarks/serve_latency.py --rates 100 200 300 --seconds 20 --repeats 3
+    python benchmarks/serve_latency.py --cpu-burners 3    # under contention
 """
 
 from __future__ import annotations
@@ -375,6 +376,10 @@ def main() -> None:
     parser.add_argument("--index", choices=("exact", "ivf"), default="exact")
     parser.add_argument("--server-arg", action="append", default=[], help="extra oahu run flag")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--cpu-burners", type=int, default=0,
+        help="CPU-bound processes (busy loops) running beside the service while it is measured",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=RESULTS / "serve_latency.json")
     args = parser.parse_args()
 
@@ -394,11 +399,16 @@ def main() -> None:
                "--learner", args.learner, "--index", args.index, "--log-level", "warning",
                *[a for flag in args.server_arg for a in flag.split(maxsplit=1)]]  # fmt: skip
         proc = subprocess.Popen(cmd, cwd=REPO, env={"PYTHONPATH": str(REPO)})
+        burners: list[subprocess.Popen] = []
         try:
             wait_ready(base, proc, timeout=300)
             model = httpx.get(base + "/v1/model", timeout=10).json()
+            burn = [sys.executable, "-c", "while True: pass"]
+            burners = [subprocess.Popen(burn) for _ in range(args.cpu_burners)]
             phases = measure(args, base, port, proc.pid, raws, bodies)
         finally:
+            for burner in burners:
+                burner.kill()
             proc.send_signal(signal.SIGTERM)
             exit_code = proc.wait(timeout=120)
     report = {
@@ -413,6 +423,7 @@ def main() -> None:
         "seconds_per_phase": args.seconds,
         "target_p99_ms": args.target_ms,
         "repeats": args.repeats,
+        "cpu_burners": args.cpu_burners,
         "highest_rate_with_p99_within_target_in_every_step_per_s": {
             client: highest_rate_within(phases, client, args.target_ms) for client in args.client
         },
