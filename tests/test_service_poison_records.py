@@ -27,7 +27,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from service_support import REPO, assert_same_model, make_stream, train_reference
+from service_support import (
+    REPO,
+    ServiceProcess,
+    assert_same_model,
+    make_stream,
+    train_reference,
+)
 from test_connectors_poison import JSON_VALUES, POISON
 
 from oahu.connectors.constraint import Constraint, DecodeError
@@ -352,3 +358,41 @@ def test_one_crash_with_a_record_in_flight_alone_is_not_enough_to_dead_letter_it
     assert not (tmp_path / IN_FLIGHT_FILE).exists()
     (tmp_path / IN_FLIGHT_FILE).write_text("{not json")
     assert InFlight(tmp_path).recover() == Recovery()  # unreadable: ignored, said in the log
+
+
+@pytest.mark.kafka
+def test_a_crash_looping_record_does_not_block_its_kafka_partition(kafka_bootstrap, tmp_path):
+    """The same against the real broker: the crashing record goes to the dead-letter topic as
+    crash_loop, the group's committed offset reaches the end of the partition, and the model is
+    the one trained on the stream without that record."""
+    from test_service_kafka import FAST_GROUP, create_topic, produce, read_topic, unique
+
+    n, bad = 300, 120
+    stream_file = make_stream(tmp_path, n, seed=9)
+    stream = ConstraintStream.load(stream_file)
+    np.save(tmp_path / "bad.npy", stream.X[stream.constraints[bad]])
+    (tmp_path / "hook").mkdir()
+    (tmp_path / "hook" / "sitecustomize.py").write_text(CRASH_HOOK)
+    env = {"PYTHONPATH": f"{tmp_path / 'hook'}{os.pathsep}{REPO}",
+           "OAHU_TEST_CRASH_ON": str(tmp_path / "bad.npy")}  # fmt: skip
+    topic, group, state = unique("poison"), unique("g"), tmp_path / "state"
+    create_topic(kafka_bootstrap, topic, 1)
+    assert produce(kafka_bootstrap, topic, stream_file).wait(60) == 0
+    args = ["--source", f"kafka://{kafka_bootstrap}/{topic}?group={group}", "--items",
+            str(stream_file), "--checkpoint-dir", str(state), *FAST_GROUP, "--kafka-option",
+            f"group_instance_id={unique('member')}", "--checkpoint-every", "97",
+            "--poll-records", "20"]  # fmt: skip
+    codes = []
+    for run in range(3):  # crashed in its batch, then twice alone
+        proc = ServiceProcess(args, tmp_path / f"run{run}.log", env=env)
+        codes.append(proc.proc.wait(timeout=180))
+    assert codes == [1, 1, 1], proc.output()
+    proc = ServiceProcess(args, tmp_path / "run3.log", env=env)
+    proc.wait_consumed(n)
+    assert proc.terminate() == 0
+    (letter,) = read_topic(kafka_bootstrap, topic + ".dead-letter", 1)
+    assert dict(letter.headers)["reason"] == CRASH_LOOP.encode() and letter.offset == 0
+    assert dict(letter.headers)["offset"] == str(bad).encode()
+    learner, progress = read_checkpoint(checkpoint_path(state))
+    assert progress.offsets == {0: n} and progress.consumed == n
+    assert_same_model(learner, train_reference(stream, rows=np.delete(np.arange(n), bad)))
