@@ -304,18 +304,27 @@ if os.environ.get("OAHU_TEST_CRASH_ON"):
 '''
 
 
-def test_a_record_that_crashes_the_learner_process_is_dead_lettered_as_crash_loop(tmp_path):
-    """``oahu run`` restarted after each crash, as an orchestrator does: the crashing record is
-    learned alone after the first crash, dead-lettered after two crashes alone, and every other
-    record is learned exactly once; the partition reaches its end."""
-    n, bad = 400, 150
-    stream_file = make_stream(tmp_path, n, seed=8)
+def crashing_on(
+    tmp_path: Path, n: int, bad: int, seed: int
+) -> tuple[Path, ConstraintStream, dict[str, str]]:
+    """A digits stream of ``n`` triplets, and the environment under which a learner process
+    kills itself when it learns triplet ``bad`` of it (:data:`CRASH_HOOK`)."""
+    stream_file = make_stream(tmp_path, n, seed=seed)
     stream = ConstraintStream.load(stream_file)
     np.save(tmp_path / "bad.npy", stream.X[stream.constraints[bad]])
     (tmp_path / "hook").mkdir()
     (tmp_path / "hook" / "sitecustomize.py").write_text(CRASH_HOOK)
     env = {"PYTHONPATH": f"{tmp_path / 'hook'}{os.pathsep}{REPO}",
            "OAHU_TEST_CRASH_ON": str(tmp_path / "bad.npy")}  # fmt: skip
+    return stream_file, stream, env
+
+
+def test_a_record_that_crashes_the_learner_process_is_dead_lettered_as_crash_loop(tmp_path):
+    """``oahu run`` restarted after each crash, as an orchestrator does: the crashing record is
+    learned alone after the first crash, dead-lettered after two crashes alone, and every other
+    record is learned exactly once; the partition reaches its end."""
+    n, bad = 400, 150
+    stream_file, stream, env = crashing_on(tmp_path, n, bad, seed=8)
     state = tmp_path / "state"
     args = [sys.executable, "-m", "oahu.cli.main", "run", "--http", "127.0.0.1:0",
             "--source", stream_file.as_uri(), "--checkpoint-dir", str(state),
@@ -368,18 +377,13 @@ def test_a_crash_looping_record_does_not_block_its_kafka_partition(kafka_bootstr
     from test_service_kafka import FAST_GROUP, create_topic, produce, read_topic, unique
 
     n, bad = 300, 120
-    stream_file = make_stream(tmp_path, n, seed=9)
-    stream = ConstraintStream.load(stream_file)
-    np.save(tmp_path / "bad.npy", stream.X[stream.constraints[bad]])
-    (tmp_path / "hook").mkdir()
-    (tmp_path / "hook" / "sitecustomize.py").write_text(CRASH_HOOK)
-    env = {"PYTHONPATH": f"{tmp_path / 'hook'}{os.pathsep}{REPO}",
-           "OAHU_TEST_CRASH_ON": str(tmp_path / "bad.npy")}  # fmt: skip
+    stream_file, stream, env = crashing_on(tmp_path, n, bad, seed=9)
     topic, group, state = unique("poison"), unique("g"), tmp_path / "state"
     create_topic(kafka_bootstrap, topic, 1)
     assert produce(kafka_bootstrap, topic, stream_file).wait(60) == 0
     args = ["--source", f"kafka://{kafka_bootstrap}/{topic}?group={group}", "--items",
-            str(stream_file), "--checkpoint-dir", str(state), *FAST_GROUP, "--kafka-option",
+            str(stream_file), "--gallery", str(stream_file), "--checkpoint-dir", str(state),
+            *FAST_GROUP, "--kafka-option",
             f"group_instance_id={unique('member')}", "--checkpoint-every", "97",
             "--poll-records", "20"]  # fmt: skip
     codes = []
