@@ -41,6 +41,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def learner_rate(stream: ConstraintStream, learner: str) -> tuple[float, dict]:
     model = make_learner(learner, stream.n_features)
+    if model.needs_prepare:  # on what the service prepares it on: the stream's development split
+        model.prepare(stream.X[stream.dev_idx])
     a, p, n = stream.batch(0, len(stream))
     started = time.perf_counter()
     model.learn_triplets(a, p, n)
