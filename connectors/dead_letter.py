@@ -65,18 +65,25 @@ class DeadLetter:
     ts: float
 
     @classmethod
-    def from_error(
-        cls, error: DecodeError, record: SourceRecord, ts: float | None = None
+    def of(
+        cls, record: SourceRecord, reason: str, detail: str, ts: float | None = None
     ) -> DeadLetter:
+        """The letter for ``record``, rejected for ``reason`` (``ts``: now unless given)."""
         return cls(
-            error.reason,
-            error.detail,
+            reason,
+            detail,
             record.source,
             record.partition,
             record.offset,
             record.value,
             time.time() if ts is None else ts,
         )
+
+    @classmethod
+    def from_error(
+        cls, error: DecodeError, record: SourceRecord, ts: float | None = None
+    ) -> DeadLetter:
+        return cls.of(record, error.reason, error.detail, ts)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-able dict; the original bytes as base64 under ``value_b64``."""

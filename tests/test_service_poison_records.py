@@ -52,7 +52,7 @@ from oahu.service.catalog import Catalog, ItemStore
 from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.learning.consumer import ConsumerLoop
-from oahu.service.learning.in_flight import IN_FLIGHT_FILE, InFlight, Recovery
+from oahu.service.learning.in_flight import IN_FLIGHT_FILE, InFlight, Recovery, offset_ranges
 from oahu.service.learning.main import build_loop
 from oahu.service.metrics import LearningMetrics
 from oahu.streams.stream_file import ConstraintStream
@@ -351,11 +351,11 @@ def test_one_crash_with_a_record_in_flight_alone_is_not_enough_to_dead_letter_it
     """An operator's kill -9 can strike while a suspect is learned alone: a strike, not yet a
     dead letter; the same record at a second crash alone is."""
     records = [SourceRecord("t", 2, o, b"") for o in range(40, 45)]
-    InFlight(tmp_path).begin(records, Recovery())  # the run dies in its batch
+    InFlight(tmp_path).begin(offset_ranges(records), Recovery())  # the run dies in its batch
     recovery = InFlight(tmp_path).recover()
     assert recovery.suspects == {2: (40, 44)} and not recovery.strikes
     for _ in range(2):  # then twice while offset 42 is learned alone
-        InFlight(tmp_path).begin(records[2:3], recovery, alone=True)
+        InFlight(tmp_path).begin(offset_ranges(records[2:3]), recovery, alone=True)
         recovery = InFlight(tmp_path).recover()
         looping = [r.offset for r in records if recovery.crash_looping(r)]
         assert looping == ([] if recovery.strikes[2, 42] == 1 else [42])

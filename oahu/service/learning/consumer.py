@@ -50,7 +50,12 @@ from oahu.service.checkpoints import (
     write_checkpoint,
 )
 from oahu.service.config import ServiceConfig
-from oahu.service.learning.in_flight import CRASH_LOOP_STRIKES, InFlight, offset_ranges
+from oahu.service.learning.in_flight import (
+    CRASH_LOOP_STRIKES,
+    InFlight,
+    Ranges,
+    offset_ranges,
+)
 from oahu.service.learning.resolve import ResolvedBatch, resolve_batch
 from oahu.service.metrics import LearningMetrics
 from oahu.service.status import model_status
@@ -175,56 +180,52 @@ class ConsumerLoop:
         An error while decoding, resolving or learning them rewinds the learner to the last
         checkpoint (:meth:`_rewind`), and they are then learned one at a time, so the one that
         raises is found and dead-lettered (``learn_error``) and the others are learned once.
+        Records the last run crashed on are learned one at a time too (:mod:`.in_flight`).
         """
-        for r in records:  # where a rewind restarts a partition the checkpoint does not know
-            self._assigned_at.setdefault(r.partition, r.offset)
-        if self.recovery.isolates(records):
-            self._process_alone(records)
-            return
-        self.in_flight.begin(records, self.recovery)
-        try:
-            letters = self._learn_records(records)
-        except Exception as exc:
-            if not caused_by_records(exc):
-                raise
-            self._rewind(records, exc)
-            return
-        for letter in letters:
-            self._dead_letter(letter)
-        self._advance(records)
+        ranges = offset_ranges(records)
+        for p, (first, _) in ranges.items():  # where a rewind restarts a partition the
+            self._assigned_at.setdefault(p, first)  # checkpoint does not know
+        alone = self.recovery.isolates(records)
+        runs = [[r] for r in records] if alone else [records]
+        for run in runs:
+            if not self._process_run(run, offset_ranges(run) if alone else ranges, alone):
+                return  # rewound: the source replays from the last checkpoint
         self.in_flight.end(self.recovery)
         self.link.offer(self.learner)
         self._refresh_status()
 
-    def _process_alone(self, records: list[SourceRecord]) -> None:
-        """:meth:`process`, each record a batch of its own and named alone in the in-flight
-        file, so an error or a crash points at one record."""
-        for r in records:
-            key = (r.partition, r.offset)
-            if key not in self._refused and self.recovery.crash_looping(r):
-                detail = f"in flight alone at {CRASH_LOOP_STRIKES} crashes of the learner process"
-                self._refused[key] = (CRASH_LOOP, detail)
-            refused = self._refused.get(key)
+    def _process_run(self, run: list[SourceRecord], ranges: Ranges, alone: bool) -> bool:
+        """Learn ``run`` (its offsets ``ranges``) named in the in-flight file, ``alone``: one
+        record by itself; False when it raised and the learner was rewound."""
+        if alone:
+            refused = self._refusal(run[0])
             if refused is not None:
-                self._dead_letter(DeadLetter(*refused, r.source, r.partition, r.offset, r.value,
-                                             time.time()))  # fmt: skip
-                self._advance([r])
-                continue
-            self.in_flight.begin([r], self.recovery, alone=True)
-            try:
-                letters = self._learn_records([r])
-            except Exception as exc:
-                if not caused_by_records(exc):
-                    raise
+                self._dead_letter(DeadLetter.of(run[0], *refused))
+                self._advance(run)
+                return True
+        self.in_flight.begin(ranges, self.recovery, alone)
+        try:
+            letters = self._learn_records(run)
+        except Exception as exc:
+            if not caused_by_records(exc):
+                raise
+            if alone:
+                key = (run[0].partition, run[0].offset)
                 self._refused[key] = (LEARN_ERROR, f"{type(exc).__name__}: {exc}"[:1000])
-                self._rewind([r], exc)
-                return
-            for letter in letters:
-                self._dead_letter(letter)
-            self._advance([r])
-        self.in_flight.end(self.recovery)
-        self.link.offer(self.learner)
-        self._refresh_status()
+            self._rewind(ranges, exc)
+            return False
+        for letter in letters:
+            self._dead_letter(letter)
+        self._advance(run)
+        return True
+
+    def _refusal(self, record: SourceRecord) -> tuple[str, str] | None:
+        """The (reason, detail) ``record`` is dead-lettered for instead of learned, if any."""
+        key = (record.partition, record.offset)
+        if key not in self._refused and self.recovery.crash_looping(record):
+            detail = f"in flight alone at {CRASH_LOOP_STRIKES} crashes of the learner process"
+            self._refused[key] = (CRASH_LOOP, detail)
+        return self._refused.get(key)
 
     def _advance(self, records: list[SourceRecord]) -> None:
         for r in records:
@@ -248,11 +249,8 @@ class ConsumerLoop:
     def _learn(self, batch: ResolvedBatch, records: list[SourceRecord]) -> list[DeadLetter]:
         if not self.learner.capabilities.learns(batch.kind):
             detail = f"learner {self.learner.name!r} does not learn from {batch.kind}s"
-            return [
-                DeadLetter(UNSUPPORTED_KIND, detail, r.source, r.partition, r.offset, r.value,
-                           time.time())
-                for r in (records[i] for i in batch.index.tolist())
-            ]  # fmt: skip
+            rejected = batch.index.tolist()
+            return [DeadLetter.of(records[i], UNSUPPORTED_KIND, detail) for i in rejected]
         learner = self.learner
         seen, skipped, used = learner.constraints_learned, Counter(learner.skipped), None
         started = time.perf_counter()
@@ -264,17 +262,17 @@ class ConsumerLoop:
             self.metrics.skipped.labels(reason=reason).inc(count)
         return []
 
-    def _rewind(self, records: list[SourceRecord], exc: BaseException) -> None:
-        """After an error while learning ``records``: the learner may hold part of an update,
-        so continue from the last checkpoint's learner and offsets (kept in memory) and learn
-        what follows it again, ``records`` one at a time. Letters sent since that checkpoint
-        are sent again (the dead-letter sink is at-least-once); the counters restart from the
-        checkpoint's totals, as after a restart."""
-        ranges = {p: f"{a}-{b}" for p, (a, b) in offset_ranges(records).items()}
+    def _rewind(self, ranges: Ranges, exc: BaseException) -> None:
+        """After an error while learning the records in ``ranges``: the learner may hold part
+        of an update, so continue from the last checkpoint's learner and offsets (kept in
+        memory) and learn what follows it again, those records one at a time. Letters sent
+        since that checkpoint are sent again (the dead-letter sink is at-least-once); the
+        counters restart from the checkpoint's totals, as after a restart."""
         log.error(
             "learning offsets %s raised %s: %s; continuing from the last checkpoint (%d "
             "constraints consumed) and learning them one at a time",
-            ranges, type(exc).__name__, exc, self.checkpointed.consumed, exc_info=exc,
+            {p: f"{a}-{b}" for p, (a, b) in ranges.items()}, type(exc).__name__, exc,
+            self.checkpointed.consumed, exc_info=exc,
         )  # fmt: skip
         self.learner, _ = learner_from_bytes(self._rewind_point)
         self.progress = Progress.from_extra(self.checkpointed.to_extra())
@@ -282,7 +280,7 @@ class ConsumerLoop:
         starts = {p: self.progress.offsets.get(p, self._assigned_at.get(p)) for p in owned}
         targets = {p: o for p, o in starts.items() if o is not None}
         self.progress.offsets.update(targets)
-        self.recovery.suspect(records)
+        self.recovery.suspect(ranges)
         self.in_flight.end(self.recovery)
         self.source.seek(targets)
         self.metrics = LearningMetrics.of(self.learner)

@@ -61,6 +61,14 @@ def _union(a: Mapping[int, tuple[int, int]], b: Mapping[int, tuple[int, int]]) -
     return out
 
 
+def _ranges_to_json(ranges: Ranges) -> dict[str, list[int]]:
+    return {str(p): list(span) for p, span in sorted(ranges.items())}
+
+
+def _ranges_from_json(obj: object) -> Ranges:
+    return {int(p): (int(a), int(b)) for p, (a, b) in dict(obj).items()}  # type: ignore[call-overload]
+
+
 @dataclass
 class Recovery:
     """What the last run's crash says about records: ``suspects`` (offset ranges per partition)
@@ -84,6 +92,8 @@ class Recovery:
 
     def isolates(self, records: Sequence[SourceRecord]) -> bool:
         """Whether any of ``records`` is a suspect (then all of them are learned alone)."""
+        if not self.suspects:  # the usual case: nothing to look at record by record
+            return False
         for r in records:
             span = self.suspects.get(r.partition)
             if span is not None and span[0] <= r.offset <= span[1]:
@@ -94,9 +104,9 @@ class Recovery:
         """Whether ``record`` was in flight alone at enough crashes to be dead-lettered."""
         return self.strikes.get((record.partition, record.offset), 0) >= CRASH_LOOP_STRIKES
 
-    def suspect(self, records: Iterable[SourceRecord]) -> None:
-        """Add ``records`` to the suspects."""
-        self.suspects = _union(self.suspects, offset_ranges(records))
+    def suspect(self, ranges: Ranges) -> None:
+        """Add the records in ``ranges`` (:func:`offset_ranges`) to the suspects."""
+        self.suspects = _union(self.suspects, ranges)
 
     def passed(self, offsets: Mapping[int, int]) -> None:
         """Forget what lies before ``offsets`` (each partition's next offset): processed."""
@@ -109,15 +119,14 @@ class Recovery:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "suspects": {str(p): list(span) for p, span in sorted(self.suspects.items())},
+            "suspects": _ranges_to_json(self.suspects),
             "strikes": [[p, o, n] for (p, o), n in sorted(self.strikes.items())],
         }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, object]) -> Recovery:
-        suspects = {int(p): (int(a), int(b)) for p, (a, b) in dict(obj["suspects"]).items()}
         strikes = {(int(p), int(o)): int(n) for p, o, n in list(obj["strikes"])}
-        return cls(suspects, strikes)
+        return cls(_ranges_from_json(obj["suspects"]), strikes)
 
 
 class InFlight:
@@ -125,11 +134,10 @@ class InFlight:
 
     >>> import tempfile
     >>> directory = tempfile.mkdtemp()
-    >>> records = [SourceRecord("t", 0, 7, b""), SourceRecord("t", 0, 8, b"")]
-    >>> InFlight(directory).begin(records, Recovery())  # then the process dies
+    >>> InFlight(directory).begin({0: (7, 8)}, Recovery())  # then the process dies
     >>> InFlight(directory).recover()  # the next start
     Recovery(suspects={0: (7, 8)}, strikes={})
-    >>> InFlight(directory).begin(records[1:], Recovery({0: (7, 8)}), alone=True)  # dies again
+    >>> InFlight(directory).begin({0: (8, 8)}, Recovery({0: (7, 8)}), alone=True)  # dies again
     >>> InFlight(directory).recover()
     Recovery(suspects={0: (7, 8)}, strikes={(0, 8): 1})
     """
@@ -147,7 +155,7 @@ class InFlight:
         try:
             saved = json.loads(self.path.read_bytes())
             recovery = Recovery.from_json(saved)
-            in_flight = {int(p): (int(a), int(b)) for p, (a, b) in saved["in_flight"].items()}
+            in_flight = _ranges_from_json(saved["in_flight"])
             alone = bool(saved["alone"])
         except (ValueError, KeyError, TypeError, OSError) as exc:
             log.error("%s is unreadable (%r); ignored", self.path, exc)
@@ -167,12 +175,10 @@ class InFlight:
         )
         return recovery
 
-    def begin(
-        self, records: Sequence[SourceRecord], recovery: Recovery, alone: bool = False
-    ) -> None:
-        """Name ``records`` as in flight (``alone``: one record learned by itself), with the
-        ``recovery`` still under way."""
-        self._write({**recovery.to_json(), "in_flight": _ranges_json(records), "alone": alone})
+    def begin(self, ranges: Ranges, recovery: Recovery, alone: bool = False) -> None:
+        """Name the records in ``ranges`` (:func:`offset_ranges`) as in flight (``alone``: one
+        record learned by itself), with the ``recovery`` still under way."""
+        self._write({**recovery.to_json(), "in_flight": _ranges_to_json(ranges), "alone": alone})
 
     def end(self, recovery: Recovery) -> None:
         """Nothing is in flight: keep what ``recovery`` still has to do, or no file at all."""
@@ -186,7 +192,3 @@ class InFlight:
         self._temp.write_text(json.dumps(content))
         os.replace(self._temp, self.path)
         self._on_disk = True
-
-
-def _ranges_json(records: Sequence[SourceRecord]) -> dict[str, list[int]]:
-    return {str(p): list(span) for p, span in offset_ranges(records).items()}
