@@ -10,9 +10,9 @@ keep-alive connections sending one-item classify requests (test items):
 * fixed rate (``--rates``): the clients together offer R requests/s on a fixed schedule (request
   i is due at i/R, on connection i mod clients). Latency counts from the due time, so a request
   delayed behind a slow one on its connection is charged for the wait (no coordinated
-  omission). The report names the highest rate whose p99 stays within ``--target-ms``.
+  omission).
 
-Two clients measure the fixed rates (``--clients-kind``): this benchmark's own, a minimal asyncio
+Two clients measure the fixed rates (``--client``): this benchmark's own, a minimal asyncio
 HTTP/1.1 client with the request bytes prepared in advance (it takes as little CPU from the
 server as it can), and aiohttp's ``ClientSession``, a client of the common kind: request i is
 sent at i/R whatever came before (open loop), over a pool of ``--clients`` keep-alive
@@ -91,17 +91,21 @@ def learner_pid(pid: int) -> int | None:
     return None
 
 
-def requests(queries: np.ndarray, host: str) -> list[bytes]:
-    """Complete HTTP/1.1 requests, one per query item, encoded once."""
-    out = []
-    for x in queries:
-        body = json.dumps({"items": [{"x": x.tolist()}]}).encode()
-        head = (
+def request_bodies(queries: np.ndarray) -> list[bytes]:
+    """One /v1/classify body per query item, encoded once."""
+    return [json.dumps({"items": [{"x": x.tolist()}]}).encode() for x in queries]
+
+
+def requests(bodies: list[bytes], host: str) -> list[bytes]:
+    """Complete HTTP/1.1 requests carrying ``bodies``, for our own client."""
+    return [
+        (
             f"POST /v1/classify HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n"
             f"content-length: {len(body)}\r\n\r\n"
-        )
-        out.append(head.encode() + body)
-    return out
+        ).encode()
+        + body
+        for body in bodies
+    ]
 
 
 class Connection:
@@ -387,9 +391,8 @@ def main() -> None:
 
     stream = build_stream(args.dataset, args.constraints, seed=args.seed)
     port = free_port()
-    queries = stream.X[stream.test_idx[:1000]]
-    raws = requests(queries, f"127.0.0.1:{port}")
-    bodies = [json.dumps({"items": [{"x": x.tolist()}]}).encode() for x in queries]
+    bodies = request_bodies(stream.X[stream.test_idx[:1000]])
+    raws = requests(bodies, f"127.0.0.1:{port}")
     with tempfile.TemporaryDirectory(prefix="oahu-serve-bench-") as tmp:
         stream_file = Path(tmp) / "stream.npz"
         stream.save(stream_file)

@@ -215,11 +215,11 @@ class Learner(ABC):
             return self.learn_triplets(x[:, 0], x[:, 1], x[:, 2])
         return self.learn_pairs(x[:, 0], x[:, 1], similar)
 
-    def _check_learnable(self) -> None:
+    def _check_learnable(self, remedy: str = "it cannot learn") -> None:
         if self.queries_only:
             raise ValueError(
                 f"{self.name!r} was rebuilt for queries only, without what learning keeps: "
-                "it cannot learn"
+                + remedy
             )
 
     def _check_kind(self, kind: str) -> None:
@@ -365,11 +365,8 @@ class Learner(ABC):
         Only tensors, numbers, strings, lists and dicts, so that ``torch.load(...,
         weights_only=True)`` can read it back.
         """
-        if self.queries_only and not queries_only:
-            raise ValueError(
-                f"{self.name!r} was rebuilt for queries only, without what learning keeps: "
-                "save or continue the learner it was taken from"
-            )
+        if not queries_only:
+            self._check_learnable("save or continue the learner it was taken from")
         return {
             "learner": self.name,
             "n_features": self.n_features,

@@ -1,9 +1,9 @@
 """Python's garbage collector in the serving process: out of the answer path's way, and timed.
 
 A full collection walks every tracked object and holds the GIL throughout, so every query waits
-for it. The serving process holds a few hundred thousand objects for good once it has started
-(the gallery's ids and their index, torch's and FastAPI's module state), and a full collection
-over them took 0.1-0.2 s on the 2-core machine of docs/serving.md. After start-up they are
+for it. The serving process keeps what start-up built for good (the gallery's ids and their
+index, torch's and FastAPI's module state); under load at 300 req/s its longest collections
+took over 250 ms (benchmarks/README.md, "Serving latency"). After start-up those objects are
 moved out of the collector's reach with :func:`gc.freeze` (they live as long as the process;
 reference counting still frees what is not in a cycle), so a collection walks only what queries
 and snapshots allocate since. Each collection is timed into
@@ -39,7 +39,6 @@ class CollectorPauses:
 
     def __init__(self, histogram: Histogram) -> None:
         self.histogram = histogram
-        self.longest = 0.0  # seconds, since the start
         self._started = 0.0
         gc.callbacks.append(self._callback)
 
@@ -49,8 +48,6 @@ class CollectorPauses:
             return
         took = time.perf_counter() - self._started
         self.histogram.labels(generation=str(info["generation"])).observe(took)
-        if took > self.longest:
-            self.longest = took
 
     def close(self) -> None:
         if self._callback in gc.callbacks:
