@@ -8,6 +8,14 @@
 """
 
 from oahu.streams.datasets import DATASETS, Dataset, load_dataset, load_digits, load_fashion_mnist
+from oahu.streams.drift import DRIFTS, build_drift_stream, drift_mask, novel_classes, rotate90
+from oahu.streams.groupings import (
+    DRIFT_GROUPINGS,
+    GROUPINGS,
+    Grouping,
+    coarse_labels,
+    grouping_for,
+)
 from oahu.streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
 from oahu.streams.protocol import (
     ClosureStream,
@@ -23,6 +31,7 @@ from oahu.streams.protocol import (
 from oahu.streams.stream_file import (
     FORMAT_VERSION,
     KINDS,
+    OPTIONAL_FIELDS,
     PROTOCOLS,
     ConstraintStream,
     build_stream,
@@ -31,25 +40,36 @@ from oahu.streams.stream_file import (
 
 __all__ = [
     "DATASETS",
+    "DRIFTS",
+    "DRIFT_GROUPINGS",
     "FORMAT_VERSION",
+    "GROUPINGS",
     "KINDS",
+    "OPTIONAL_FIELDS",
     "PROTOCOLS",
     "ClosureStream",
     "ConstraintStream",
     "Dataset",
+    "Grouping",
+    "build_drift_stream",
     "build_stream",
     "closure_stream",
+    "coarse_labels",
     "distinct_constraints",
+    "drift_mask",
+    "grouping_for",
     "interleave_closure",
     "iter_jsonl",
     "load_dataset",
     "load_digits",
     "load_fashion_mnist",
     "load_stream",
+    "novel_classes",
     "pair_stream",
     "random_pairs",
     "random_triplets",
     "read_jsonl",
+    "rotate90",
     "split_dev_test",
     "triplet_stream",
     "write_jsonl",

@@ -17,10 +17,26 @@ One JSON object per line, each with a ``type``:
     {"type": "triplet", "anchor": 17, "positive": 5, "negative": 9}
     {"type": "pair", "u": 17, "v": 5, "similar": true}
 
+Optional stream fields (drifting streams, :mod:`streams.drift`) are announced by the header's
+``fields``, the list of those the file carries, and then appear on every record they concern::
+
+    {"type": "header", ..., "fields": ["concepts", "concept_labels", "gallery_idx",
+     "query_idx", "start_idx"], "n_concepts": 2}
+    {"type": "item", "id": 17, ..., "label": 1, "labels": [7, 1], "in": ["start"]}
+    {"type": "triplet", "anchor": 17, "positive": 5, "negative": 9, "concept": 1}
+
+``labels`` (with ``concept_labels``): the item's label under each of the header's
+``n_concepts`` concepts, the last equal to ``label``; ``in``: the item sets among
+``gallery_idx``, ``query_idx``, ``start_idx`` that hold the item, by their short names
+``gallery``, ``query``, ``start`` (omitted when none); ``concept`` (with ``concepts``): the
+concept the constraint was drawn from. A file without ``fields`` is a file without them, as
+before they existed.
+
 Features are written as the shortest decimal of the float64 equal to each float32 value, so
 reading them back gives the identical float32. Blank lines are skipped; unknown fields are
-ignored (for forward compatibility). Any other deviation raises ``ValueError`` naming the line
-number and the field.
+ignored (for forward compatibility), but a name in ``fields`` or ``in`` that this reader does
+not know is refused, so that no announced content is dropped silently. Any other deviation
+raises ``ValueError`` naming the line number and the field.
 """
 
 from __future__ import annotations
@@ -68,6 +84,22 @@ def _list(v: Any) -> str | None:
     return None if isinstance(v, list) else "expected a list of numbers"
 
 
+def _names(v: Any) -> str | None:
+    ok = isinstance(v, list) and all(isinstance(name, str) for name in v)
+    return None if ok and len(set(v)) == len(v) else "expected a list of distinct names"
+
+
+#: The optional stream fields a header's ``fields`` may announce (streams.stream_file).
+OPTIONAL_FIELDS: tuple[str, ...] = (
+    "concepts",
+    "concept_labels",
+    "gallery_idx",
+    "query_idx",
+    "start_idx",
+)
+#: An item record's ``in`` names for the optional item sets.
+ITEM_SETS: dict[str, str] = {"gallery": "gallery_idx", "query": "query_idx", "start": "start_idx"}
+
 #: The item-index fields of a constraint record, by kind, in constraint order.
 CONSTRAINT_FIELDS: dict[str, tuple[str, ...]] = {
     "triplet": ("anchor", "positive", "negative"),
@@ -101,22 +133,50 @@ def write_jsonl(stream: ConstraintStream, path: str | os.PathLike[str]) -> None:
         "n_constraints": len(stream),
         "meta": stream.meta,
     }
+    # Only what the stream has: a stream without optional fields is written as before them.
+    present = [name for name in OPTIONAL_FIELDS if getattr(stream, name) is not None]
+    if present:
+        header["fields"] = present
+    labels = stream.concept_labels
+    if labels is not None:
+        header["n_concepts"] = len(labels)
+    member = {
+        short: _membership(getattr(stream, name), stream.n_items)
+        for short, name in ITEM_SETS.items()
+        if getattr(stream, name) is not None
+    }
     with atomic_open(path, "w") as fh:
         fh.write(json.dumps(header) + "\n")
-        # Items in split order, so that the reader recovers dev_idx and test_idx exactly.
+        # Items in split order, so that the reader recovers dev_idx and test_idx exactly (and the
+        # item sets, which a stream keeps in split order too).
         for split, ids in (("dev", stream.dev_idx), ("test", stream.test_idx)):
-            for i, x, label in zip(
-                ids.tolist(), stream.X[ids].tolist(), stream.y[ids].tolist(), strict=True
+            item_labels = None if labels is None else labels[:, ids].T.tolist()
+            for k, (i, x, label) in enumerate(
+                zip(ids.tolist(), stream.X[ids].tolist(), stream.y[ids].tolist(), strict=True)
             ):
                 item = {"type": "item", "id": i, "x": x, "label": label, "split": split}
+                if item_labels is not None:
+                    item["labels"] = item_labels[k]
+                sets = [short for short, is_in in member.items() if is_in[i]]
+                if sets:
+                    item["in"] = sets
                 fh.write(json.dumps(item) + "\n")
         fields = CONSTRAINT_FIELDS[stream.kind]
         similar = [] if stream.similar is None else stream.similar.tolist()
+        concepts = [] if stream.concepts is None else stream.concepts.tolist()
         for k, ids in enumerate(stream.constraints.tolist()):
             record = {"type": stream.kind, **dict(zip(fields, ids, strict=True))}
             if similar:
                 record["similar"] = similar[k]
+            if concepts:
+                record["concept"] = concepts[k]
             fh.write(json.dumps(record) + "\n")
+
+
+def _membership(idx: np.ndarray, n_items: int) -> np.ndarray:
+    is_in = np.zeros(n_items, dtype=bool)
+    is_in[idx] = True
+    return is_in
 
 
 class _Reader:
@@ -128,6 +188,8 @@ class _Reader:
         self.item_seen: np.ndarray = np.zeros(0, dtype=bool)
         self.n_items_seen = 0
         self.n_constraints_seen = 0
+        self.fields: frozenset[str] = frozenset()
+        self.sets: frozenset[str] = frozenset()
 
     def fail(self, lineno: int, message: str) -> ValueError:
         return ValueError(f"{self.path}:{lineno}: {message}")
@@ -157,6 +219,31 @@ class _Reader:
                 lineno,
                 f"field 'version': this reader reads {JSONL_VERSION}, got {record['version']}",
             )
+        fields = record.get("fields", [])
+        problem = _names(fields)
+        if problem:
+            raise self.fail(lineno, f"field 'fields': {problem}, got {fields!r}"[:300])
+        unknown = [name for name in fields if name not in OPTIONAL_FIELDS]
+        if unknown:
+            raise self.fail(
+                lineno,
+                f"field 'fields': unknown optional field {unknown[0]!r}; this reader knows "
+                f"{', '.join(OPTIONAL_FIELDS)}",
+            )
+        if "concept_labels" in fields:
+            problem = _count(record.get("n_concepts"))
+            if problem or record["n_concepts"] == 0:
+                raise self.fail(
+                    lineno,
+                    "field 'n_concepts': a header announcing concept_labels needs a positive "
+                    f"integer, got {record.get('n_concepts')!r}",
+                )
+        if "concepts" in fields and "concept_labels" not in fields:
+            raise self.fail(
+                lineno, "field 'fields': concepts needs concept_labels (n_concepts) as well"
+            )
+        self.fields = frozenset(fields)
+        self.sets = frozenset(short for short, name in ITEM_SETS.items() if name in fields)
         self.header = record
         self.item_seen = np.zeros(record["n_items"], dtype=bool)
 
@@ -197,11 +284,55 @@ class _Reader:
             record["x"] = x.astype(np.float32)
         if not np.all(np.isfinite(record["x"])):
             raise self.fail(lineno, "field 'x': a value overflows float32")
+        self._check_item_extras(record, lineno)
         self.item_seen[record["id"]] = True
         self.n_items_seen += 1
 
+    def _check_item_extras(self, record: dict[str, Any], lineno: int) -> None:
+        """``labels`` and ``in``, the optional fields the header announced."""
+        assert self.header is not None
+        if "concept_labels" in self.fields:
+            n_concepts, labels = self.header["n_concepts"], record.get("labels")
+            if not (
+                isinstance(labels, list)
+                and len(labels) == n_concepts
+                and all(_is_int(label) for label in labels)
+            ):
+                raise self.fail(
+                    lineno,
+                    f"field 'labels': expected {n_concepts} integers (n_concepts), got {labels!r}"[
+                        :300
+                    ],
+                )
+            if labels[-1] != record["label"]:
+                raise self.fail(
+                    lineno,
+                    f"field 'labels': the last (the final concept's) must equal label "
+                    f"{record['label']}, got {labels[-1]}",
+                )
+        sets = record.get("in", [])
+        problem = _names(sets)
+        if problem:
+            raise self.fail(lineno, f"field 'in': {problem}, got {sets!r}"[:300])
+        for name in sets:
+            if name not in self.sets:
+                raise self.fail(
+                    lineno,
+                    f"field 'in': {name!r} is not an item set the header announced "
+                    f"({', '.join(sorted(self.sets)) or 'none'})",
+                )
+
     def _check_triplet(self, record: dict[str, Any], lineno: int) -> None:
         self._check_ids(record, lineno)
+        if "concepts" in self.fields:
+            assert self.header is not None
+            concept, n_concepts = record.get("concept"), self.header["n_concepts"]
+            if not (_is_int(concept) and 0 <= concept < n_concepts):
+                raise self.fail(
+                    lineno,
+                    f"field 'concept': expected an integer in [0, {n_concepts}) (n_concepts), "
+                    f"got {concept!r}",
+                )
         self.n_constraints_seen += 1
 
     _check_pair = _check_triplet
@@ -224,9 +355,11 @@ class _Reader:
 def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yield the records of a JSON Lines stream one at a time, validated, reading line by line.
 
-    Item records come with ``x`` as a float32 array. A bad line raises ``ValueError`` naming the
-    line and field when the reader reaches it, after every record before it has been yielded; a
-    file that ends before the counts its header announced raises at the end.
+    Item records come with ``x`` as a float32 array; their optional ``labels`` and ``in`` and
+    the constraints' ``concept`` are checked against what the header's ``fields`` announced. A
+    bad line raises ``ValueError`` naming the line and field when the reader reaches it, after
+    every record before it has been yielded; a file that ends before the counts its header
+    announced raises at the end.
     """
     reader = _Reader(path)
     lineno = 0
@@ -254,16 +387,31 @@ def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:
     split_ids: dict[str, list[int]] = {"dev": [], "test": []}
     constraints: list[tuple[int, ...]] = []
     similar: list[bool] = []
+    fields = header.get("fields", [])
+    concept_labels = (
+        np.empty((header["n_concepts"], n), dtype=np.int64) if "concept_labels" in fields else None
+    )
+    concepts: list[int] = []
+    set_ids: dict[str, list[int]] = {
+        short: [] for short, name in ITEM_SETS.items() if name in fields
+    }
     for record in records:
         if record["type"] == "item":
             i = record["id"]
             X[i], y[i] = record["x"], record["label"]
             split_ids[record["split"]].append(i)
+            if concept_labels is not None:
+                concept_labels[:, i] = record["labels"]
+            for short in record.get("in", []):
+                set_ids[short].append(i)
         else:
             constraints.append(tuple(record[f] for f in CONSTRAINT_FIELDS[kind]))
             if kind == "pair":
                 similar.append(record["similar"])
+            if "concepts" in fields:
+                concepts.append(record["concept"])
     width = len(CONSTRAINT_FIELDS[kind])
+    item_sets = {ITEM_SETS[short]: np.array(ids, dtype=np.int64) for short, ids in set_ids.items()}
     return ConstraintStream(
         X=X,
         y=y,
@@ -273,4 +421,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:
         constraints=np.array(constraints, dtype=np.int64).reshape(-1, width),
         similar=np.array(similar, dtype=bool) if kind == "pair" else None,
         meta=header["meta"],
+        concepts=np.array(concepts, dtype=np.int8) if "concepts" in fields else None,
+        concept_labels=concept_labels,
+        **item_sets,
     )

@@ -18,7 +18,15 @@ kind           str, 0-d                   "triplet" or "pair"
 constraints    int64 (N, 3) or (N, 2)     (anchor, positive, negative) or (u, v), stream order
 similar        bool (N,)                  pairs only: True when u and v are similar
 meta           str, 0-d                   JSON object; always holds "format_version": 1
+concepts       int8 (N,)                  optional: the concept in force for each constraint
+concept_labels int64 (C, n)               optional: each item's label under each concept
+gallery_idx    int64 (n_gallery,)         optional: evaluation's kNN gallery (default dev_idx)
+query_idx      int64 (n_query,)           optional: evaluation's queries (default test_idx)
+start_idx      int64 (n_start,)           optional: dev items at the start (default dev_idx)
 =============  =========================  ===================================================
+
+The optional keys are written only when the stream has them (drifting streams,
+:mod:`streams.drift`), so a stream without them is the same file as before they existed.
 
 The JSON Lines interchange format lives in :mod:`streams.jsonl` and is re-exported here.
 """
@@ -38,7 +46,7 @@ import numpy as np
 from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES
 from oahu.streams.atomic import atomic_open
 from oahu.streams.datasets import Dataset, load_dataset
-from oahu.streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
+from oahu.streams.jsonl import OPTIONAL_FIELDS, iter_jsonl, read_jsonl, write_jsonl
 from oahu.streams.protocol import (
     closure_stream,
     random_pairs,
@@ -49,6 +57,7 @@ from oahu.streams.protocol import (
 __all__ = [
     "FORMAT_VERSION",
     "KINDS",
+    "OPTIONAL_FIELDS",
     "PROTOCOLS",
     "ConstraintStream",
     "build_stream",
@@ -62,7 +71,13 @@ FORMAT_VERSION = 1
 KINDS: tuple[str, ...] = CONSTRAINT_KINDS
 PROTOCOLS: tuple[str, ...] = ("closure", "random")
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz file starts
+_MAX_CONCEPTS = int(np.iinfo(np.int8).max)  # concepts are stored as int8
 _NPZ_KEYS = ("X", "y", "dev_idx", "test_idx", "kind", "constraints", "meta")
+# OPTIONAL_FIELDS (defined in streams.jsonl, which cannot import this module): the optional
+# fields of a stream, None when absent, written by both formats only when present.
+# The optional item sets, each a subset of one split (evaluation's gallery are items a learner
+# may have seen, its queries must be held out, the start set is what exists before the stream).
+_ITEM_SETS = {"gallery_idx": "dev_idx", "query_idx": "test_idx", "start_idx": "dev_idx"}
 
 
 def _index_array(value: Any, name: str, ndim: int) -> np.ndarray:
@@ -87,6 +102,16 @@ class ConstraintStream:
 
     Constructing one validates and normalises every field (``ValueError`` naming the field).
 
+    Optional fields (None when absent; drifting streams, :mod:`streams.drift`, set them):
+    ``concepts`` int8 (N,), the concept in force for each constraint; ``concept_labels`` int64
+    (n_concepts, n_items), each item's label under each concept, whose last row (the final
+    concept) must equal ``y``; ``gallery_idx`` (a subset of ``dev_idx``) and ``query_idx`` (of
+    ``test_idx``), the items evaluation under the final concept uses as kNN gallery and queries;
+    ``start_idx`` (of ``dev_idx``), the development items that exist when the stream starts. The
+    three item sets are stored in split order (as their items appear in ``dev_idx``, then
+    ``test_idx``); :attr:`eval_gallery_idx`, :attr:`eval_query_idx` and :attr:`prepare_idx`
+    give them with their defaults filled in.
+
     >>> X = np.eye(4, dtype=np.float32); y = np.array([0, 0, 1, 1])
     >>> s = ConstraintStream(X, y, dev_idx=[0, 1, 2], test_idx=[3], kind="triplet",
     ...                      constraints=[[0, 1, 2], [1, 0, 2]])
@@ -95,6 +120,11 @@ class ConstraintStream:
     >>> anchors, positives, negatives = s.batch(0, 2)
     >>> anchors.argmax(axis=1).tolist(), negatives.argmax(axis=1).tolist()
     ([0, 1], [2, 2])
+    >>> s.prepare_idx.tolist(), s.eval_query_idx.tolist()  # the defaults: dev_idx, test_idx
+    ([0, 1, 2], [3])
+    >>> s = ConstraintStream(X, y, [0, 1, 2], [3], "triplet", [[0, 1, 2]], start_idx=[1, 0])
+    >>> s.prepare_idx.tolist()  # in split order
+    [0, 1]
     """
 
     X: np.ndarray
@@ -105,6 +135,11 @@ class ConstraintStream:
     constraints: np.ndarray
     similar: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    concepts: np.ndarray | None = None
+    concept_labels: np.ndarray | None = None
+    gallery_idx: np.ndarray | None = None
+    query_idx: np.ndarray | None = None
+    start_idx: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float32)
@@ -128,6 +163,8 @@ class ConstraintStream:
         if self.kind not in KINDS:
             raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
         self._check_constraints(n)
+        self._check_concepts(n)
+        self._check_item_sets(n)
         try:
             if not isinstance(self.meta, dict):
                 raise TypeError(f"expected a dict, got {type(self.meta).__name__}")
@@ -162,6 +199,67 @@ class ConstraintStream:
             )
         self.similar = sim
 
+    def _check_concepts(self, n_items: int) -> None:
+        if self.concept_labels is not None:
+            labels = _index_array(self.concept_labels, "concept_labels", ndim=2)
+            if labels.shape[1] != n_items or not 1 <= len(labels) <= _MAX_CONCEPTS:
+                raise ValueError(
+                    f"concept_labels: expected shape (n_concepts, {n_items}) with 1 <= n_concepts "
+                    f"<= {_MAX_CONCEPTS}, got {labels.shape}"
+                )
+            # Replay and evaluation read y: it must be the labels of the concept in force at the
+            # end of the stream.
+            differs = np.flatnonzero(labels[-1] != self.y)
+            if len(differs):
+                i = int(differs[0])
+                raise ValueError(
+                    f"concept_labels: the last row (the final concept) must equal y, but item "
+                    f"{i} has {int(labels[-1, i])} there and {int(self.y[i])} in y"
+                )
+            self.concept_labels = labels
+        if self.concepts is None:
+            return
+        if self.concept_labels is None:
+            raise ValueError(
+                "concepts: a stream with concepts needs concept_labels (each item's label under "
+                "each concept)"
+            )
+        concepts = _index_array(self.concepts, "concepts", ndim=1)
+        if concepts.shape != (len(self),):
+            raise ValueError(
+                f"concepts: expected one per constraint, shape ({len(self)},), got {concepts.shape}"
+            )
+        n_concepts = len(self.concept_labels)
+        if concepts.size and (concepts.min() < 0 or concepts.max() >= n_concepts):
+            raise ValueError(
+                f"concepts: must lie in [0, {n_concepts}) (rows of concept_labels), got "
+                f"[{concepts.min()}, {concepts.max()}]"
+            )
+        self.concepts = concepts.astype(np.int8)
+
+    def _check_item_sets(self, n_items: int) -> None:
+        # Split order: the sets are sets; storing them in the order their items appear in
+        # dev_idx, then test_idx, makes the JSON Lines membership flags round-trip exactly.
+        split_order = np.concatenate([self.dev_idx, self.test_idx])
+        for name, split in _ITEM_SETS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            idx = _index_array(value, name, ndim=1)
+            _check_in_range(idx, n_items, name)
+            times_listed = np.bincount(idx, minlength=n_items)
+            if np.any(times_listed > 1):
+                twice = int(np.flatnonzero(times_listed > 1)[0])
+                raise ValueError(f"{name}: item {twice} is listed {int(times_listed[twice])} times")
+            in_split = np.zeros(n_items, dtype=bool)
+            in_split[getattr(self, split)] = True
+            if not in_split[idx].all():
+                raise ValueError(
+                    f"{name}: item {int(idx[~in_split[idx]][0])} is not in {split}, which "
+                    f"{name} must be a subset of"
+                )
+            setattr(self, name, split_order[times_listed[split_order] == 1])
+
     # ------------------------------------------------------------------ access
     @property
     def n_items(self) -> int:
@@ -173,6 +271,24 @@ class ConstraintStream:
 
     def __len__(self) -> int:
         return len(self.constraints)
+
+    @property
+    def eval_gallery_idx(self) -> np.ndarray:
+        """The kNN gallery of evaluation under the final concept: ``gallery_idx``, by default
+        the development items."""
+        return self.dev_idx if self.gallery_idx is None else self.gallery_idx
+
+    @property
+    def eval_query_idx(self) -> np.ndarray:
+        """The queries of evaluation under the final concept: ``query_idx``, by default the
+        test items."""
+        return self.test_idx if self.query_idx is None else self.query_idx
+
+    @property
+    def prepare_idx(self) -> np.ndarray:
+        """The development items that exist when the stream starts (what a learner's
+        ``prepare`` fits on): ``start_idx``, by default the development items."""
+        return self.dev_idx if self.start_idx is None else self.start_idx
 
     def batch(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Features of constraints ``start:stop``: (anchors, positives, negatives) for triplets,
@@ -211,6 +327,9 @@ class ConstraintStream:
         }
         if self.similar is not None:
             arrays["similar"] = self.similar
+        for name in OPTIONAL_FIELDS:
+            if getattr(self, name) is not None:
+                arrays[name] = getattr(self, name)
         with atomic_open(path, "wb") as fh:
             np.savez_compressed(fh, **arrays)
 
@@ -246,6 +365,7 @@ class ConstraintStream:
             constraints=arrays["constraints"],
             similar=arrays.get("similar"),
             meta=meta,
+            **{name: arrays.get(name) for name in OPTIONAL_FIELDS},
         )
 
 
@@ -294,12 +414,19 @@ def build_stream(
     else:
         closure = closure_stream(ds.y, dev_idx, n_constraints, seed, kind)
         constraints, similar, n_seeds = closure.constraints, closure.similar, closure.is_seed.sum()
-    meta = {
+    meta = protocol_meta(ds.name, seed, protocol, n_constraints, n_seeds)
+    return ConstraintStream(ds.X, ds.y, dev_idx, test_idx, kind, constraints, similar, meta)
+
+
+def protocol_meta(
+    dataset: str, seed: int, protocol: str, n_constraints: int, n_seeds: int
+) -> dict[str, Any]:
+    """The meta of a stream built by the paper's protocol (streams/FORMAT.md)."""
+    return {
         "format_version": FORMAT_VERSION,
-        "dataset": ds.name,
+        "dataset": dataset,
         "seed": int(seed),
         "protocol": protocol,
         "n_constraints": int(n_constraints),
         "n_seeds": int(n_seeds),
     }
-    return ConstraintStream(ds.X, ds.y, dev_idx, test_idx, kind, constraints, similar, meta)

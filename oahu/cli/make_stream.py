@@ -1,22 +1,67 @@
-"""``oahu make-stream``: write a benchmark constraint stream (docs/algorithms.md) to a file."""
+"""``oahu make-stream``: write a benchmark constraint stream (docs/algorithms.md) to a file,
+optionally with concept drift (streams/drift.py)."""
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 
 from oahu.cli.stream_arguments import add_stream_arguments
-from oahu.streams.stream_file import KINDS, build_stream, write_jsonl
+from oahu.streams.drift import DRIFTS, build_drift_stream
+from oahu.streams.groupings import DRIFT_GROUPINGS, GROUPINGS, grouping_for
+from oahu.streams.stream_file import KINDS, ConstraintStream, build_stream, write_jsonl
+
+#: One line per kind of drift, for --help (M: --drift-at, W: --drift-width).
+DRIFT_HELP: dict[str, str] = {
+    "abrupt": "from M on, constraints follow a coarse grouping of the classes",
+    "gradual": "the same, phased in: i in [M, M+W) is new with probability (i-M)/W",
+    "covariate": "same classes; from M on, the items are rotated by 90 degrees",
+    "novel": "30% of the classes (seeded) are absent before M, present from M on",
+}
+#: The drift kinds whose new concept is a grouping of the classes (--grouping).
+GROUPED_DRIFTS: tuple[str, ...] = ("abrupt", "gradual")
+_GROUPING_HELP = (
+    "groupings of the classes (--grouping NAME, abrupt and gradual drift):\n"
+    + "\n".join(
+        f"  {dataset:<14} "
+        + ", ".join(
+            name + (" (default)" if name == DRIFT_GROUPINGS[dataset] else "") for name in named
+        )
+        for dataset, named in GROUPINGS.items()
+    )
+    + "\n"
+    + textwrap.fill(
+        "the default is a drift the class metric does not already imply: on fashion-mnist, "
+        "garment raises the default learner's mistake rate no more than a stream without "
+        "drift fluctuates (streams/FORMAT.md)",
+        width=79,
+        initial_indent="  ",
+        subsequent_indent="  ",
+        break_on_hyphens=False,
+    )
+)
+_DESCRIPTION = (
+    "Build the paper's benchmark stream (Section 4.3.2): a seeded 1:1 development/test split "
+    "of the dataset, then N constraints from the development split, N/2 sampled seeds "
+    "interleaved with N/2 derived by transitive closure. The file stores the items once, the "
+    "split, and the constraints as item indices in stream order (see streams/FORMAT.md). With "
+    "--drift, the concept changes at constraint M: each concept's constraints come from a "
+    "stream of their own, the file records the concept of each constraint, and its labels are "
+    "those of the final concept (streams/drift.py)."
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "make-stream",
         help="write a benchmark constraint stream to a file",
-        description="Build the paper's benchmark stream (Section 4.3.2): a seeded 1:1 "
-        "development/test split of the dataset, then N constraints from the development "
-        "split, N/2 sampled seeds interleaved with N/2 derived by transitive closure. The file "
-        "stores the items once, the split, and the constraints as item indices in stream order "
-        "(see streams/FORMAT.md).",
+        # Raw: the epilog's one line per kind stays one line; the description is wrapped here.
+        description=textwrap.fill(_DESCRIPTION, width=79),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="kinds of drift (--drift):\n"
+        + "\n".join(f"  {kind:<10} {line}" for kind, line in DRIFT_HELP.items())
+        + "\n\n"
+        + _GROUPING_HELP,
     )
     add_stream_arguments(p)
     p.add_argument(
@@ -24,6 +69,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         choices=KINDS,
         default="triplet",
         help="triplets (OAHU, OASIS) or labelled pairs (LEGO, RDML) (default: triplet)",
+    )
+    p.add_argument(
+        "--drift",
+        choices=DRIFTS,
+        default=None,
+        help="make the concept drift at constraint M (--drift-at); the kinds are listed below "
+        "(default: no drift)",
+    )
+    p.add_argument(
+        "--drift-at",
+        type=int,
+        default=None,
+        metavar="M",
+        help="the constraint at which the drift starts, 0..N (required with --drift)",
+    )
+    p.add_argument(
+        "--drift-width",
+        type=int,
+        default=None,
+        metavar="W",
+        help="gradual drift only: constraints over which the new concept phases in (> 0, "
+        "required with --drift gradual)",
+    )
+    p.add_argument(
+        "--grouping",
+        default=None,
+        metavar="NAME",
+        help="abrupt and gradual drift only: the grouping of the classes that is the new "
+        "concept; the dataset's groupings are listed below (default: the dataset's drift "
+        "default, marked there)",
     )
     p.add_argument(
         "--out",
@@ -35,8 +110,55 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _build(args: argparse.Namespace) -> ConstraintStream:
+    if args.drift is None:
+        # A drift option without --drift would be silently ignored: refuse it instead.
+        for option, value in (
+            ("--drift-at", args.drift_at),
+            ("--drift-width", args.drift_width),
+            ("--grouping", args.grouping),
+        ):
+            if value is not None:
+                raise ValueError(f"{option}: only with --drift, got {value}")
+        return build_stream(args.dataset, args.constraints, args.seed, args.kind, args.protocol)
+    if args.drift_at is None:
+        raise ValueError(f"--drift-at: required with --drift {args.drift}")
+    if args.drift == "gradual" and args.drift_width is None:
+        raise ValueError("--drift-width: required with --drift gradual")
+    if args.grouping is not None and args.drift not in GROUPED_DRIFTS:
+        raise ValueError(
+            f"--grouping: only with --drift {' or '.join(GROUPED_DRIFTS)} (the new concept is a "
+            f"grouping of the classes), not with --drift {args.drift}"
+        )
+    # Checked before the dataset loads; None: the dataset's drift default.
+    grouping = grouping_for(args.dataset, args.grouping) if args.drift in GROUPED_DRIFTS else None
+    return build_drift_stream(
+        args.dataset,
+        args.constraints,
+        args.seed,
+        args.drift,
+        args.drift_at,
+        0 if args.drift_width is None else args.drift_width,
+        args.kind,
+        args.protocol,
+        grouping,
+    )
+
+
+def _describe_drift(stream: ConstraintStream) -> str:
+    drift = stream.meta.get("drift")
+    if drift is None:
+        return ""
+    old, new = drift["concepts"]
+    width = f" over {drift['width']} constraints" if drift["kind"] == "gradual" else ""
+    return (
+        f"; {drift['kind']} drift at constraint {drift['at']}{width}, {old} -> {new} "
+        f"({int(stream.concepts.sum())} constraints of the new concept)"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    stream = build_stream(args.dataset, args.constraints, args.seed, args.kind, args.protocol)
+    stream = _build(args)
     if str(args.out).endswith(".jsonl"):
         write_jsonl(stream, args.out)
     else:
@@ -44,5 +166,6 @@ def run(args: argparse.Namespace) -> int:
     print(
         f"wrote {len(stream)} {stream.kind} constraints over {stream.n_items} {args.dataset} "
         f"items ({len(stream.dev_idx)} development, {len(stream.test_idx)} test) to {args.out}"
+        + _describe_drift(stream)
     )
     return 0
