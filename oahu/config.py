@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from oahu.drift import DETECTORS
 from oahu.preprocessing import parse_preprocess
 
 Init = Literal["kaiming", "orthogonal"]
@@ -94,6 +95,16 @@ class OAHUConfig:
     graph_memory: int = 200_000
     # Constraints in the rolling prequential accuracy (docs/algorithms.md, "Prequential").
     prequential_window: int = 1000
+    # Concept drift (ours, docs/algorithms.md "Concept drift"): the river detector watching the
+    # prequential mistakes ("adwin", "page-hinkley", "kswin"; "none" = no watch), and what a
+    # detected rise of the combined metric's mistakes does: any of "alpha" (hedge weights back
+    # to uniform), "step" (the step size raised ``drift_step_boost``-fold, back to the decay
+    # over ``drift_boost_span`` constraints, and the decay restarted), "memory" (replay reservoir
+    # and constraint graph emptied) joined by "+", or "none" (detect and report only).
+    drift_detector: str = "adwin"
+    drift_adaptation: str = "alpha+step+memory"
+    drift_step_boost: float = 5.0
+    drift_boost_span: int = 2000
     # BLAS threads for learning steps on the CPU (0: the libraries' own setting). One by
     # default: a step's matrices are small, and the fork/join of every parallel region stalls
     # when another process holds a core (oahu/threads.py).
@@ -125,6 +136,13 @@ class OAHUConfig:
             raise ValueError(f"lr_decay: must be a number >= 0, got {self.lr_decay!r}")
         if not (isinstance(self.margin, int | float) and self.margin >= 0.0):
             raise ValueError(f"margin: must be a number >= 0, got {self.margin!r}")
+        _check_choice(self, "drift_detector", ("none", *DETECTORS))
+        _check_int(self, "drift_boost_span", 1)
+        if not (isinstance(self.drift_step_boost, int | float) and self.drift_step_boost >= 1.0):
+            raise ValueError(
+                f"drift_step_boost: must be a number >= 1, got {self.drift_step_boost!r}"
+            )
+        adaptation_steps(self.drift_adaptation)
         _check_choice(self, "loss", ("margin", "abtl"))
         _check_choice(self, "hedge_signal", ("mistakes", "loss"))
         _check_choice(self, "depth_weighting", ("uniform", "alpha"))
@@ -161,6 +179,32 @@ class OAHUConfig:
         return dataclasses.asdict(self)
 
 
+ADAPTATIONS: tuple[str, ...] = ("alpha", "step", "memory")
+
+
+def adaptation_steps(spec: str) -> tuple[str, ...]:
+    """The adaptation steps of a ``drift_adaptation`` value, in the order they run.
+
+    >>> adaptation_steps("memory+alpha"), adaptation_steps("none")
+    (('alpha', 'memory'), ())
+    >>> adaptation_steps("alpha+lr")
+    Traceback (most recent call last):
+    ...
+    ValueError: drift_adaptation: 'lr' is not alpha, step, memory (joined by +) or none
+    """
+    if not isinstance(spec, str):
+        raise ValueError(f"drift_adaptation: expected a string, got {spec!r}")
+    if spec == "none":
+        return ()
+    steps = spec.split("+")
+    for step in steps:
+        if step not in ADAPTATIONS:
+            raise ValueError(
+                f"drift_adaptation: {step!r} is not {', '.join(ADAPTATIONS)} (joined by +) or none"
+            )
+    return tuple(a for a in ADAPTATIONS if a in steps)
+
+
 def _check_choice(cfg: OAHUConfig, field: str, choices: tuple[str, ...]) -> None:
     value = getattr(cfg, field)
     if value not in choices:
@@ -190,5 +234,6 @@ PRESETS: dict[str, OAHUConfig] = {
         preprocess="none",
         replay=0,
         mined=0,
+        drift_detector="none",
     ),
 }

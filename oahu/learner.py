@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from oahu.constraint_kinds import ConstraintKind
+from oahu.drift import COMBINED, DETECTORS, DriftEvent, DriftMonitor
 from oahu.preprocessing import InputScaler
 
 MetricKind = Literal["l2", "ip"]
@@ -65,7 +66,9 @@ class Capabilities:
     ``constraint_kinds``: the kinds it learns from; the first is the kind the paper's protocol
     feeds it (``protocol_kind``). ``learns_samples``: it builds its own constraints from labelled
     samples (``Learner.learn_samples``), as OPML's one pass does. ``diagnostics``: what
-    ``Learner.diagnostics()`` reports.
+    ``Learner.diagnostics()`` reports. ``detects_drift``: it takes a ``drift_detector``
+    parameter, hands it to ``Learner._watch_for_drift`` and feeds its prequential mistakes to
+    ``Learner._observe_mistakes``, which watch for concept drift (:mod:`oahu.drift`).
 
     >>> caps = Capabilities(constraint_kinds=("pair", "triplet"))
     >>> caps.protocol_kind, caps.learns("triplet"), caps.learns("quadruplet")
@@ -75,6 +78,7 @@ class Capabilities:
     constraint_kinds: tuple[ConstraintKind, ...] = ("triplet",)
     learns_samples: bool = False
     diagnostics: tuple[Diagnostic, ...] = ()
+    detects_drift: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.constraint_kinds) - set(_LEARN_HOOKS)
@@ -158,6 +162,33 @@ class Learner(ABC):
         self.updates = 0  # parameter steps taken (a micro-batch step counts once)
         self.skipped: Counter[str] = Counter()
         self.queries_only = False  # rebuilt from get_state(queries_only=True): cannot learn
+        self.drift: DriftMonitor | None = None  # set by _watch_for_drift
+
+    # ----------------------------------------------------------------- drift
+    def _watch_for_drift(self, detector: str) -> None:
+        """Watch the prequential mistakes for drift with ``detector`` (``"none"``: do not):
+        the combined metric's and, with several depths, each depth's."""
+        if detector == "none":
+            return
+        if detector not in DETECTORS:
+            raise ValueError(
+                f"drift_detector: unknown {detector!r}; choose one of "
+                f"{', '.join(('none', *DETECTORS))}"
+            )
+        depths = [f"depth:{depth}" for depth in range(self.n_depths)] if self.n_depths > 1 else []
+        self.drift = DriftMonitor(detector, [COMBINED, *depths])
+
+    def _observe_mistakes(self, mistakes: np.ndarray) -> list[DriftEvent]:
+        """Feed prequential outcomes (n, n_signals), True where a signal ranked a constraint
+        wrongly before learning it; return the drifts of the combined metric they complete."""
+        if self.drift is None:
+            return []
+        return [e for e in self.drift.update(mistakes) if e.signal == COMBINED]
+
+    @property
+    def drift_events(self) -> list[DriftEvent]:
+        """Drifts detected so far (the latest 1,000), every signal, oldest first."""
+        return list(self.drift.events) if self.drift is not None else []
 
     # ----------------------------------------------------------------- counters
     @property
@@ -380,6 +411,7 @@ class Learner(ABC):
             "preprocess": self.input_scaler.get_state(),
             "model": self._query_state() if queries_only else self._get_state(),
             "queries_only": queries_only,
+            "drift": self.drift.get_state() if self.drift is not None else None,
         }
 
     def _query_state(self) -> dict[str, Any]:
@@ -400,6 +432,8 @@ class Learner(ABC):
         self.input_scaler.set_state(state["preprocess"])
         self.queries_only = bool(state.get("queries_only", False))
         self._set_state(state["model"])
+        if self.drift is not None and state.get("drift") is not None:
+            self.drift.set_state(state["drift"])
 
     @classmethod
     def param_names(cls) -> tuple[str, ...]:
@@ -459,6 +493,9 @@ class Learner(ABC):
             "skipped": dict(self.skipped),
             "utilization": self.utilization,
             "alpha": [float(a) for a in self.alpha],
+            "drift_detector": self.drift.detector if self.drift is not None else "none",
+            "drift_detected": dict(self.drift.counts) if self.drift is not None else {},
+            "drift_events": [e.to_dict() for e in self.drift_events],
         }
 
     def __repr__(self) -> str:

@@ -35,7 +35,7 @@ import torch
 from sklearn.decomposition import PCA
 
 from oahu.arrays import concat, namespace, row_norms
-from oahu.config import PRESETS, OAHUConfig
+from oahu.config import PRESETS, OAHUConfig, adaptation_steps
 from oahu.constraint_graph import ConstraintGraph
 from oahu.device import resolve_device
 from oahu.hedge import hedge_update
@@ -91,6 +91,7 @@ class OAHU(Learner):
     name = "oahu"
     capabilities: ClassVar[Capabilities] = Capabilities(
         constraint_kinds=("triplet",),
+        detects_drift=True,
         diagnostics=(
             Diagnostic(
                 "prequential_accuracy",
@@ -140,16 +141,13 @@ class OAHU(Learner):
         self._head0_prepared = self.config.head0_init != "pca"
         self._rng = np.random.default_rng([self.config.seed, _MEMORY_SEED])
         self._replay = ReplayReservoir(self.config.replay_memory, width, self._rng)
-        self._graph = ConstraintGraph(
-            self.config.item_memory,
-            width,
-            depths,
-            self.network.embedding_dim,
-            self._rng,
-            knowledge=self.config.graph_memory,
-        )
+        self._graph = self._new_graph()
         self.prequential = PrequentialAccuracy(depths, self.config.prequential_window)
+        self._watch_for_drift(self.config.drift_detector)
+        self._adaptation = adaptation_steps(self.config.drift_adaptation)
+        self._drift_pending = False  # a drift detected in this step: adapt at its end
         self._learned = 0  # new (stream) triplets learned: t of the step-size decay
+        self._decay_origin = 0  # t when the decay (re)started: 0, or the latest adapted drift
         self._learning_rate = self.config.learning_rate
         self._mistakes = self._last_losses  # the hedge's signal, set by each update
 
@@ -253,11 +251,46 @@ class OAHU(Learner):
         return blas_threads(threads)
 
     def _step_size(self) -> float:
-        """η, or η / sqrt(1 + t / T) after t learned triplets with ``lr_decay`` T (ours)."""
+        """η, or η / sqrt(1 + t / T) after t learned triplets with ``lr_decay`` T (ours, S1); after
+        a drift adapted with the "step" adaptation t counts from the drift, and the step is
+        raised B-fold at first, back to 1-fold over ``drift_boost_span`` constraints (ours, D2).
+        """
         decay = self.config.lr_decay
+        eta = self.config.learning_rate
+        since = self._learned - self._decay_origin
+        span = self.config.drift_boost_span
+        if self._decay_origin and since < span:
+            eta *= 1.0 + (self.config.drift_step_boost - 1.0) * (1.0 - since / span)
         if not decay:
-            return self.config.learning_rate
-        return self.config.learning_rate / math.sqrt(1.0 + self._learned / decay)
+            return eta
+        return eta / math.sqrt(1.0 + since / decay)
+
+    def _adapt_to_drift(self) -> None:
+        """What a detected drift changes (``drift_adaptation``, ours; docs/algorithms.md,
+        "Concept drift"): the hedge may re-choose depths from uniform weights, the step size
+        starts its decay again so the weights can move to the new concept, and the memories of
+        the old concept stop being replayed and mined."""
+        self._drift_pending = False
+        if "alpha" in self._adaptation:
+            depths = self.n_depths
+            self._alpha = self._small(torch.full((depths,), 1.0 / depths, device=self.device))
+        if "step" in self._adaptation:
+            self._decay_origin = self._learned
+        if "memory" in self._adaptation:
+            self._replay = ReplayReservoir(
+                self.config.replay_memory, self._replay.rows.shape[2], self._rng
+            )
+            self._graph = self._new_graph()
+
+    def _new_graph(self) -> ConstraintGraph:
+        return ConstraintGraph(
+            self.config.item_memory,
+            self.input_scaler.n_outputs,
+            self.n_depths,
+            self.network.embedding_dim,
+            self._rng,
+            knowledge=self.config.graph_memory,
+        )
 
     def _step(self, block: np.ndarray, extras: bool = True) -> np.ndarray:
         """One update on a block of new triplets (B, 3, d), before their projection, plus, with
@@ -328,6 +361,8 @@ class OAHU(Learner):
         self.updates += 1
         self._learned += n_new
         self._remember(new, f, slots)
+        if self._drift_pending:
+            self._adapt_to_drift()
         return self._as_numpy((new_loss > 0).any(0))
 
     def _record_prequential(self, d_pos: Any, d_neg: Any) -> None:
@@ -340,7 +375,10 @@ class OAHU(Learner):
             self._mistakes = 1.0 - correct.mean(1, dtype=np.float32)
         else:
             self._mistakes = 1.0 - correct.float().mean(1)
-        self.prequential.update(self._as_numpy(correct).T, self._as_numpy(combined))
+        correct, combined = self._as_numpy(correct).T, self._as_numpy(combined)
+        self.prequential.update(correct, combined)
+        if self._observe_mistakes(~np.concatenate([combined[:, None], correct], axis=1)):
+            self._drift_pending = self._adaptation != ()
 
     def _remember(self, block: np.ndarray, f: Any, slots: np.ndarray) -> None:
         """Keep the new triplets for replay and mining, with this step's embeddings (L+1, 3, T,
@@ -375,6 +413,7 @@ class OAHU(Learner):
             "replay": self._replay.get_state(),
             "graph": self._graph.get_state(),
             "prequential": self.prequential.get_state(),
+            "decay_origin": self._decay_origin,
         }
 
     def _query_state(self) -> dict[str, Any]:
@@ -398,6 +437,7 @@ class OAHU(Learner):
         self._head0_prepared = bool(state.get("head0_prepared", True))
         # Checkpoints of the first release hold none of what follows: they start empty.
         self._learned = int(state.get("learned", self.constraints_learned))
+        self._decay_origin = int(state.get("decay_origin", 0))
         self._learning_rate = self._step_size()
         if "rng" in state:
             self._rng.bit_generator.state = _rng_from_state(state["rng"])

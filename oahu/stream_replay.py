@@ -47,10 +47,11 @@ def replay(
     (a learning curve in one pass: e.g. evaluate there); its time is not counted as learning.
     A learner that builds its own constraints from samples (OPML, Section 4.1 of the paper)
     instead makes its one pass over the stream's development items, in the stream's (seeded)
-    split order.
+    split order, each labelled by the concept in force at the same share of the stream (a
+    drifting stream's, :mod:`oahu.streams.drift`).
     """
     if learner.capabilities.learns_samples:
-        x, y = stream.X[stream.dev_idx], stream.y[stream.dev_idx]
+        x, y = stream.X[stream.dev_idx], sample_labels(stream)
 
         def learn(start: int, stop: int) -> None:
             learner.learn_samples(x[start:stop], y[start:stop])
@@ -94,6 +95,25 @@ def replay(
             if tracks_prequential:
                 curve.append((done, float(learner.diagnostics()["prequential_accuracy"])))
     return ReplayStats(total, seconds, curve)
+
+
+def sample_labels(stream: ConstraintStream) -> np.ndarray:
+    """Labels of the development items for a one-pass learner of samples: the i-th of n items
+    takes its label under the concept of constraint ⌊i N / n⌋ (the final labels for a stream
+    with one concept).
+
+    >>> from oahu.streams.stream_file import ConstraintStream
+    >>> s = ConstraintStream(np.eye(4), [1, 1, 1, 1], [0, 1, 2, 3], [], "triplet",
+    ...                      [[0, 1, 2]] * 4, concepts=np.array([0, 0, 1, 1], np.int8),
+    ...                      concept_labels=[[5, 5, 6, 6], [1, 1, 1, 1]])
+    >>> sample_labels(s).tolist()
+    [5, 5, 1, 1]
+    """
+    if stream.concepts is None or stream.concept_labels is None or not len(stream):
+        return stream.y[stream.dev_idx]
+    n, total = len(stream.dev_idx), len(stream)
+    concept = stream.concepts[np.arange(n) * total // n]
+    return stream.concept_labels[concept, stream.dev_idx]
 
 
 def stream_kind_for(learner: Learner) -> str:

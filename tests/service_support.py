@@ -60,6 +60,9 @@ def assert_same_model(a: Learner, b: Learner, atol: float = 1e-6) -> None:
     np.testing.assert_allclose(a.alpha, b.alpha, atol=atol)
     only = a.queries_only or b.queries_only
     _assert_close(a.get_state(only)["model"], b.get_state(only)["model"], atol)
+    # What the drift detectors have seen, and what they detected: a restart neither forgets
+    # nor repeats a detection.
+    _assert_close(a.get_state(only)["drift"], b.get_state(only)["drift"], atol, "drift")
 
 
 def _assert_close(x: Any, y: Any, atol: float, path: str = "model") -> None:
@@ -67,6 +70,8 @@ def _assert_close(x: Any, y: Any, atol: float, path: str = "model") -> None:
         assert set(x) == set(y), path
         for key in x:
             _assert_close(x[key], y[key], atol, f"{path}.{key}")
+    elif isinstance(x, torch.Tensor | np.ndarray) and np.asarray(x).dtype == bool:
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=path)
     elif isinstance(x, torch.Tensor | np.ndarray):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), atol=atol, err_msg=path)
     elif isinstance(x, list | tuple):

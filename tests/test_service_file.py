@@ -25,6 +25,7 @@ from oahu.registry import LEARNER_NAMES, make_learner
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.serving.app import Service
+from oahu.streams import build_drift_stream
 from oahu.streams.stream_file import ConstraintStream
 
 
@@ -148,6 +149,34 @@ def test_metrics_exist_before_the_learner_first_reports(tmp_path: Path):
     lines = again.metrics.render().decode().splitlines()
     assert 'oahu_dead_letters_total{reason="unsupported_kind"} 20.0' in lines
     assert "oahu_constraints_consumed_total 20.0" in lines
+
+
+def test_a_drift_is_served_counted_and_neither_forgotten_nor_repeated_after_a_restart(
+    tmp_path: Path,
+):
+    """A digits stream whose concept changes at 1,500 (class identity → shape groups): the
+    service detects it, lists it in /v1/model and counts it; learned in two runs over a growing
+    message file, the model and its detections are those of one learner over the whole."""
+    stream = build_drift_stream("digits", 2600, seed=7, drift="abrupt", drift_at=1500)
+    stream_file = tmp_path / "drift.npz"
+    stream.save(stream_file)
+    lines = encode_stream(stream_file, "json", inline=True)
+    source = tmp_path / "messages.txt"
+    config = dict(gallery=str(stream_file), n_features=64, checkpoint_every=400)
+    source.write_bytes(b"\n".join(lines[:1900]) + b"\n")  # the drift is confirmed by 1,900
+    first = run_to_end(source, tmp_path / "state", **config)
+    assert first.status["constraints_consumed"] == 1900
+    source.write_bytes(b"\n".join(lines) + b"\n")
+    second = run_to_end(source, tmp_path / "state", **config)
+    reference = train_reference(stream)
+    assert_same_model(read_checkpoint(checkpoint_path(tmp_path / "state"))[0], reference)
+    events = second.status["drift_events"]
+    assert events == [e.to_dict() for e in reference.drift_events]
+    combined = [e for e in events if e["signal"] == "combined"]
+    assert len(combined) == 1 and 1500 <= combined[0]["suspected_at"] < 1700
+    assert combined[0]["constraint"] == combined[0]["suspected_at"] + 200
+    text = second.metrics.render().decode().splitlines()
+    assert 'oahu_drift_detected_total{signal="combined"} 1.0' in text
 
 
 def test_restart_after_the_end_learns_nothing_twice(tmp_path: Path):

@@ -33,7 +33,7 @@ from oahu.baselines._linalg import (
     to_tensor,
 )
 from oahu.baselines._params import positive_float
-from oahu.learner import Learner, MetricKind
+from oahu.learner import Capabilities, Learner, MetricKind
 from oahu.threads import blas_threads
 
 PENDING_STEPS = 32  # rank-one steps kept as factors before they are folded into W
@@ -47,6 +47,9 @@ class OASIS(Learner):
     n_features : input dimension d.
     aggressiveness : C, the cap on the passive-aggressive step τ (0.1 in Chechik et al.).
     preprocess : input preprocessing (``oahu.preprocessing``), fitted by ``prepare``.
+    drift_detector : the river detector watching the prequential mistakes, S(p, p⁺) ≤ S(p, p⁻)
+        before the update (``oahu.drift``; "none" = no watch). OASIS reports drifts and does
+        not adapt to them.
 
     The defaults (C = 1e-4, unit-length rows, i.e. the cosine similarity at W0 = I) were tuned
     on the development split of Fashion-MNIST only (benchmarks/README.md, "Defaults and presets").
@@ -64,12 +67,19 @@ class OASIS(Learner):
 
     name: ClassVar[str] = "oasis"
     metric: ClassVar[MetricKind] = "ip"
+    capabilities: ClassVar[Capabilities] = Capabilities(detects_drift=True)
 
     def __init__(
-        self, n_features: int, aggressiveness: float = 1e-4, preprocess: str = "unit"
+        self,
+        n_features: int,
+        aggressiveness: float = 1e-4,
+        preprocess: str = "unit",
+        drift_detector: str = "adwin",
     ) -> None:
         super().__init__(n_features, preprocess=preprocess)
         self.aggressiveness = positive_float("aggressiveness", aggressiveness)
+        self.drift_detector = drift_detector
+        self._watch_for_drift(drift_detector)
         self._w = fortran_identity(self.n_features)  # W_base: W without the pending steps
         self._u = np.zeros((self.n_features, PENDING_STEPS), order="F")  # τ_i p_i
         self._v = np.zeros((self.n_features, PENDING_STEPS), order="F")  # p⁺_i − p⁻_i
@@ -86,12 +96,15 @@ class OASIS(Learner):
         queries = a.astype(np.float64)
         pos_minus_neg = p.astype(np.float64) - n.astype(np.float64)
         used = np.zeros(len(a), dtype=bool)
+        wrong = np.zeros((len(a), 1), dtype=bool)
         with blas_threads(1):  # see oahu.threads
             for i in range(len(a)):
-                used[i] = self._update(queries[i], pos_minus_neg[i])
+                used[i], wrong[i] = self._update(queries[i], pos_minus_neg[i])
+        self._observe_mistakes(wrong)
         return used
 
-    def _update(self, query: np.ndarray, pos_minus_neg: np.ndarray) -> bool:
+    def _update(self, query: np.ndarray, pos_minus_neg: np.ndarray) -> tuple[bool, bool]:
+        """One PA step; (whether W changed, whether W ranked the triplet wrongly before)."""
         # S(p, p⁺) − S(p, p⁻) = pᵀ W (p⁺ − p⁻) = pᵀ W_base (p⁺ − p⁻) + (pᵀU)(Vᵀ(p⁺ − p⁻))
         j = self._pending
         margin = float(query @ matvec(self._w, pos_minus_neg))
@@ -100,7 +113,7 @@ class OASIS(Learner):
         loss = 1.0 - margin
         v_norm_sq = float(query @ query) * float(pos_minus_neg @ pos_minus_neg)  # ‖p (p⁺−p⁻)ᵀ‖²_F
         if loss <= 0.0 or v_norm_sq == 0.0:
-            return False
+            return False, margin <= 0.0
         tau = min(self.aggressiveness, loss / v_norm_sq)
         self._u[:, j] = tau * query  # W ← W + τ p (p⁺ − p⁻)ᵀ, pending
         self._v[:, j] = pos_minus_neg
@@ -109,7 +122,7 @@ class OASIS(Learner):
             low_rank_update(self._w, self._u, self._v)
             self._pending = 0
         self.updates += 1
-        return True
+        return True, margin <= 0.0
 
     def _embed(self, x: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
         """Queries embed as themselves, gallery items q as W q (rows: X Wᵀ)."""

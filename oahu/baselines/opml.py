@@ -55,6 +55,9 @@ class OPML(MahalanobisLearner):
     regularization : λ, the weight of the triplet loss against staying close to the previous L
         (the paper's default 1e-3, kept).
     preprocess : input preprocessing (``oahu.preprocessing``), fitted by ``prepare``.
+    drift_detector : the river detector watching the prequential mistakes, ‖L a‖² ≥ ‖L b‖²
+        before the update (``oahu.drift``; "none" = no watch). OPML reports drifts and does not
+        adapt to them.
 
     The preprocessing default (none) was chosen on the development split of Fashion-MNIST only
     (benchmarks/README.md, "Defaults and presets").
@@ -69,13 +72,20 @@ class OPML(MahalanobisLearner):
     """
 
     name: ClassVar[str] = "opml"
-    capabilities: ClassVar[Capabilities] = Capabilities(learns_samples=True)
+    capabilities: ClassVar[Capabilities] = Capabilities(learns_samples=True, detects_drift=True)
 
     def __init__(
-        self, n_features: int, regularization: float = 1e-3, preprocess: str = "none"
+        self,
+        n_features: int,
+        regularization: float = 1e-3,
+        preprocess: str = "none",
+        drift_detector: str = "adwin",
     ) -> None:
         super().__init__(n_features, preprocess=preprocess)
         self.regularization = positive_float("regularization", regularization)
+        self.drift_detector = drift_detector
+        self._watch_for_drift(drift_detector)
+        self._wrong: list[bool] = []  # prequential outcomes of the triplets being learned
         # latest sample per class, least recently updated class first (dicts keep insertion order)
         self._latest: dict[Any, np.ndarray] = {}
 
@@ -105,9 +115,17 @@ class OPML(MahalanobisLearner):
             used[rows] = self.learn_triplets(items[rows], np.stack(positives), np.stack(negatives))
         return used
 
+    def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+        self._wrong = []
+        used = super()._learn_triplets(a, p, n)
+        self._observe_mistakes(np.array(self._wrong, dtype=bool).reshape(-1, 1))
+        return used
+
     def _update_triplet(self, a: np.ndarray, b: np.ndarray) -> bool:
         ma, mb = sym_matvec(self._a, a), sym_matvec(self._a, b)
-        if float(a @ ma) + 1.0 - float(b @ mb) <= 0.0:  # ‖La‖² + 1 − ‖Lb‖² with ‖Lv‖² = vᵀMv
+        to_pos, to_neg = float(a @ ma), float(b @ mb)  # ‖La‖², ‖Lb‖² with ‖Lv‖² = vᵀMv
+        self._wrong.append(to_pos >= to_neg)
+        if to_pos + 1.0 - to_neg <= 0.0:
             return False
         lam = self.regularization
         aa, ab, bb = float(a @ a), float(a @ b), float(b @ b)

@@ -11,6 +11,7 @@ import numpy as np
 
 from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.config import PRESETS
+from oahu.drift import COMBINED
 from oahu.evaluation import evaluate
 from oahu.registry import LEARNER_NAMES, learner_class, make_learner
 from oahu.settings import parse_settings
@@ -24,9 +25,11 @@ The stream is either built on the fly from --dataset (seeded 1:1 development/tes
 constraints from the development split: N/2 seeds and N/2 by transitive closure; triplets for
 OAHU and OASIS, pairs for LEGO and RDML, OPML's own one-pass triplets) or read from --stream
 (a file written by `oahu make-stream`). After learning, the development split is the kNN gallery
-and the test split the queries. Reported: kNN error rate and macro-F1 (Eq. 23-25), constraint
-utilisation U, verification ROC AUC on a fixed sample of test pairs (Eq. 26 score), Recall@1,2,4,8
-within the test split (Eq. 27), training constraints/s and the final hedge weights alpha.
+and the test split the queries (for a drifting stream from `oahu make-stream --drift`: their
+items and labels under the concept in force at the end). Reported: kNN error rate and macro-F1
+(Eq. 23-25), constraint utilisation U, verification ROC AUC on a fixed sample of test pairs
+(Eq. 26 score), Recall@1,2,4,8 within the test split (Eq. 27), training constraints/s, the final
+hedge weights alpha, and the constraints at which a concept drift was detected (drift_events).
 """
 
 _EPILOG = """\
@@ -120,7 +123,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--json",
         action="store_true",
         help="print exactly one JSON object (keys: error, macro_f1, utilization, "
-        "auc, recall_at, triplets_per_s, alpha, constraints, seed, ...) to stdout",
+        "auc, recall_at, triplets_per_s, alpha, constraints, seed, drift_events, ...) to stdout",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.set_defaults(func=run)
@@ -164,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
     learner = make_learner(args.learner, stream.n_features, **params)
     if not args.stream:
         assert stream.kind == stream_kind_for(learner)
-    learner.prepare(stream.X[stream.dev_idx])
+    learner.prepare(stream.X[stream.prepare_idx])
     stats = replay(learner, stream, progress=not args.no_progress)
     if args.save_model:
         from oahu.persistence import save_learner
@@ -174,8 +177,8 @@ def run(args: argparse.Namespace) -> int:
         learner,
         stream.X,
         stream.y,
-        stream.dev_idx,
-        stream.test_idx,
+        stream.eval_gallery_idx,  # a drifting stream's items under the final concept
+        stream.eval_query_idx,
         k=args.k,
         n_pairs=args.pairs,
         seed=args.seed,
@@ -195,6 +198,10 @@ def run(args: argparse.Namespace) -> int:
         "skipped": dict(learner.skipped),
         "diagnostics": learner.diagnostics(),
         "prequential": [[n, accuracy] for n, accuracy in stats.prequential],
+        # Where the combined metric's mistakes rose (the drifts a learner adapts to); every
+        # signal's detections, with their mistake rates, under drift_detections.
+        "drift_events": [e.constraint for e in learner.drift_events if e.signal == COMBINED],
+        "drift_detections": [e.to_dict() for e in learner.drift_events],
     }
     if args.json:
         json.dump(report, sys.stdout)
@@ -207,6 +214,11 @@ def run(args: argparse.Namespace) -> int:
 def format_report(r: dict[str, Any]) -> str:
     recall = "  ".join(f"R@{k}={v:.4f}" for k, v in r["recall_at"].items())
     alpha = np.array2string(np.asarray(r["alpha"]), precision=3, separator=", ")
+    drift = (
+        f"detected at constraint(s) {', '.join(map(str, r['drift_events']))}"
+        if r["drift_events"]
+        else "none detected"
+    )
     return "\n".join(
         [
             f"learner        {r['learner']} on {r['dataset']} ({r['constraints']} constraints, "
@@ -218,5 +230,6 @@ def format_report(r: dict[str, Any]) -> str:
             f"recall         {recall}",
             f"training       {r['triplets_per_s']:.0f} constraints/s ({r['train_seconds']:.2f} s)",
             f"alpha          {alpha}",
+            f"drift          {drift}",
         ]
     )

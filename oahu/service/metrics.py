@@ -53,6 +53,7 @@ class LearningMetrics:
         diagnostics: Sequence[Diagnostic] = (),
         dead_letter_reasons: Sequence[str] = (),
         n_depths: int = 0,
+        drift_signals: Sequence[str] = (),
     ) -> None:
         r = self.registry = CollectorRegistry()
         # ---- the stream
@@ -98,6 +99,14 @@ class LearningMetrics:
         self.alpha = Gauge(
             "oahu_hedge_weight", "Hedge weight α of each depth (Eq. 20).", ["depth"], registry=r
         )
+        self.drift_detected = Counter(
+            "oahu_drift_detected",
+            "Concept drifts detected: rises of the prequential mistake rate, by signal (the "
+            "combined metric, whose drifts the learner adapts to, or one depth).",
+            ["signal"],
+            registry=r,
+        )
+        self._drift_counted: dict[str, int] = {}
         self.diagnostics = {
             d.name: Gauge(f"oahu_{d.name}", d.help, ["depth"] if d.per_depth else [], registry=r)
             for d in diagnostics
@@ -129,6 +138,8 @@ class LearningMetrics:
             self.dead_letters.labels(reason=reason)
         for reason in (SKIP_NON_FINITE, SKIP_DEGENERATE):
             self.skipped.labels(reason=reason)
+        for signal in drift_signals:
+            self.drift_detected.labels(signal=signal)
         for depth in range(n_depths):
             self.alpha.labels(depth=str(depth))
             for d in diagnostics:
@@ -138,7 +149,8 @@ class LearningMetrics:
     @classmethod
     def of(cls, learner: Learner) -> LearningMetrics:
         """The metrics of a learn loop over ``learner``, its labelled series all present."""
-        return cls(learner.capabilities.diagnostics, DEAD_LETTER_REASONS, learner.n_depths)
+        signals = learner.drift.signals if learner.drift is not None else ()
+        return cls(learner.capabilities.diagnostics, DEAD_LETTER_REASONS, learner.n_depths, signals)
 
     def restore(self, learner: Learner, progress: Any, fell_back: bool = False) -> None:
         """Continue the counters from a checkpoint's learner and stream ``progress``, so totals
@@ -154,6 +166,18 @@ class LearningMetrics:
             self.skipped.labels(reason=reason).inc(count)
         if progress.written_at:
             self.checkpoint_time.set(progress.written_at)
+        self._count_drifts(learner)
+
+    def _count_drifts(self, learner: Learner) -> None:
+        # A counter only rises: a rewind to a checkpoint (docs/delivery.md) lowers the learner's
+        # counts, and the drifts it then detects again are not counted twice.
+        if learner.drift is None:
+            return
+        for signal, count in learner.drift.counts.items():
+            counted = self._drift_counted.get(signal, 0)
+            if count > counted:
+                self.drift_detected.labels(signal=signal).inc(count - counted)
+                self._drift_counted[signal] = count
 
     def set_model(self, learner: Learner, diagnostics: dict[str, Any] | None = None) -> None:
         """Set the model's gauges (updates, U, α, the declared diagnostics) from ``learner``."""
@@ -161,6 +185,7 @@ class LearningMetrics:
         self.utilization.set(learner.utilization)
         for depth, a in enumerate(learner.alpha.tolist()):
             self.alpha.labels(depth=str(depth)).set(a)
+        self._count_drifts(learner)
         self.set_diagnostics(learner.diagnostics() if diagnostics is None else diagnostics)
 
     def set_diagnostics(self, values: dict[str, Any]) -> None:

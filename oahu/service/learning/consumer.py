@@ -133,6 +133,8 @@ class ConsumerLoop:
         self._checkpoint_due_at = time.monotonic() + config.checkpoint_interval
         self._lag_at = 0.0
         self._source_ready: bool | None = None  # as last logged
+        drift = learner.drift
+        self._drifts_logged = sum(drift.counts.values()) if drift is not None else 0
         # After a fallback past a refused newer checkpoint the group's committed offsets may be
         # that checkpoint's: this model's own offsets win until each partition is assigned.
         self._own_offsets_win = set(progress.offsets) if fell_back else set()
@@ -440,5 +442,24 @@ class ConsumerLoop:
             "source_not_ready": reason,
             "source_contact_age_s": self.source.seconds_since_contact,
         }
+        self._log_drifts()
         self.metrics.set_model(learner, self.status["diagnostics"])
         self.link.report(self.status, self.metrics.families, force)
+
+    def _log_drifts(self) -> None:
+        """One warning per drift detected since the last report, with where the stream was."""
+        drift = self.learner.drift
+        total = sum(drift.counts.values()) if drift is not None else 0
+        if drift is None or total <= self._drifts_logged:
+            self._drifts_logged = min(self._drifts_logged, total)  # after a rewind
+            return
+        for event in drift.events[-(total - self._drifts_logged) :]:
+            log.warning(
+                "drift detected at constraint %d (%s): mistake rate %.3f -> %.3f; offsets %s",
+                event.constraint,
+                event.signal,
+                event.mistakes_before,
+                event.mistakes_after,
+                dict(sorted(self.progress.offsets.items())),
+            )
+        self._drifts_logged = total
