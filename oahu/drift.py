@@ -43,6 +43,11 @@ COMBINED = "combined"  # the signal of the α-combined metric (a one-depth learn
 # 0.067, abrupt drifts by 0.31-0.34.
 CONFIRM = 200
 MIN_RISE = 0.10
+# A detection not confirmed leaves its "before" rate as the reference of the next detection if
+# that one comes within CARRY constraints (ours): a gradual drift makes the detector fire at
+# small steps of the rise, none of which alone is MIN_RISE, and without the carried reference
+# each step would be measured against the previous step's level instead of the old concept's.
+CARRY = 2000
 _BEFORE = 200  # the latest outcomes at a detection count as after it, not before
 _MAX_EVENTS = 1000  # events listed (the counts stay exact beyond that)
 
@@ -99,6 +104,8 @@ class _Watch:
         # (mistake rate before, constraint index, mistakes since, outcomes since) while a
         # detection waits for its confirmation
         self.pending: tuple[float, int, int, int] | None = None
+        # (mistake rate before, constraint index) of the latest unconfirmed detection
+        self.reference: tuple[float, int] | None = None
 
     def restart(self, outcomes: list[bool]) -> None:
         self.detector = make_detector(self.name)
@@ -118,11 +125,15 @@ class _Watch:
             if count == self.confirm:
                 self.pending = None
                 if errors / count - before >= self.min_rise:
+                    self.reference = None
                     return since, before, errors / count
+                self.reference = (before, index)
         elif self.detector.drift_detected:
             latest = min(_BEFORE, len(self.outcomes) // 2)
             older, recent = self.outcomes[: -latest or None], self.outcomes[-latest:]
             before = float(np.mean(older)) if older else 0.0
+            if self.reference is not None and index - self.reference[1] <= CARRY:
+                before = min(before, self.reference[0])
             if latest and float(np.mean(recent)) > before:  # a fall is no drift to adapt to
                 self.pending = (before, index, 0, 0)
             # The next change is measured against what follows this one.
@@ -136,6 +147,7 @@ class _Watch:
         return {
             "outcomes": torch.tensor(self.outcomes, dtype=torch.bool),
             "pending": list(self.pending) if self.pending is not None else None,
+            "reference": list(self.reference) if self.reference is not None else None,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -145,6 +157,8 @@ class _Watch:
         if pending is not None:
             before, since, errors, count = pending
             self.pending = (float(before), int(since), int(errors), int(count))
+        reference = state.get("reference")
+        self.reference = None if reference is None else (float(reference[0]), int(reference[1]))
 
 
 class DriftMonitor:

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oahu import drift
 from oahu.baselines.oasis import OASIS
 from oahu.baselines.opml import OPML
 from oahu.drift import COMBINED, CONFIRM, DETECTORS, MIN_RISE, DriftMonitor
@@ -45,6 +46,25 @@ def test_a_burst_of_mistakes_that_passes_is_not_a_drift(detector):
     # Page-Hinkley's cumulative sum does not even fire on so short a burst.
     expected = [] if detector == "page-hinkley" else [True]
     assert [3000 <= e.suspected_at < 3060 for e in fired] == expected
+
+
+def ramp(seed: int) -> np.ndarray:
+    """5% mistakes, rising linearly to 35% over 4,000 constraints (a gradual drift), then 35%."""
+    rate = np.concatenate([np.full(3000, 0.05), np.linspace(0.05, 0.35, 4000), np.full(1000, 0.35)])
+    return np.random.default_rng(seed).random(len(rate)) < rate
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_gradual_rise_is_a_drift(seed):
+    events = DriftMonitor("adwin", [COMBINED]).update(ramp(seed)[:, None])
+    assert len(events) == 1 and 3000 < events[0].suspected_at < 7000
+
+
+def test_an_unconfirmed_detection_leaves_its_level_as_the_reference(monkeypatch):
+    # On this ramp the detector fires at small steps of the rise; measured each against the
+    # previous step's level, none is a rise of MIN_RISE.
+    monkeypatch.setattr(drift, "CARRY", 0)
+    assert DriftMonitor("adwin", [COMBINED]).update(ramp(2)[:, None]) == []
 
 
 def test_a_drift_is_confirmed_by_a_rise_of_at_least_min_rise():
