@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 def exposed_metric_names() -> set[str]:
     """What the serving process's /metrics shows: its own and the learner process's metrics,
     with the diagnostics OAHU (the default learner) declares, as a default OAHU reports them."""
-    learning, metrics = LearningMetrics(OAHU.capabilities.diagnostics), ServiceMetrics()
+    learning = LearningMetrics(OAHU.capabilities.diagnostics, drift_signals=("combined",))
+    metrics = ServiceMetrics()
     # labelled families show samples once they have a child
     learning.lag.labels(partition="0").set(0)
     learning.dead_letters.labels(reason="undecodable").inc()
@@ -57,6 +58,7 @@ def test_every_dashboard_query_uses_a_metric_the_service_exposes():
         "oahu_gallery_items", "oahu_gallery_reindex_timestamp_seconds",
         "oahu_http_request_duration_seconds_bucket", "oahu_constraints_skipped_total",
         "oahu_prequential_accuracy",  # what shows the model getting better (issue 8)
+        "oahu_drift_detected_total",  # concept drift (issue 10)
     }  # fmt: skip
     assert required <= used, required - used
 
