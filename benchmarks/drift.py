@@ -234,11 +234,12 @@ def measures(run: dict[str, Any], target: float | None = None) -> dict[str, Any]
     # Back for good: from there on the rolling accuracy stays at the target for SUSTAIN
     # constraints (or to the end of the stream), so a lucky window does not count.
     below = rolling_accuracy(mistakes[at:]) < target
-    later_below = np.flatnonzero(below)
-    sustain = np.array([not below[t : t + SUSTAIN].any() for t in range(len(below))])
-    back = np.flatnonzero(sustain)
+    # below_from[t]: windows below the target among t .. t + SUSTAIN - 1
+    counts = np.concatenate([[0], np.cumsum(below)])
+    ends = np.minimum(np.arange(len(below)) + SUSTAIN, len(below))
+    back = np.flatnonzero(counts[ends] - counts[: len(below)] == 0)
     out["recovery"] = int(back[0]) + WINDOW if len(back) else None
-    if not len(later_below):
+    if not below.any():
         out["recovery"] = 0  # never below the target
     out["accuracy_after"] = float(1.0 - mistakes[at : at + AFTER].mean())
     out["pre_drift_accuracy"], out["plateau_accuracy"] = float(before), float(plateau)

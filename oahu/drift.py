@@ -227,9 +227,10 @@ class DriftMonitor:
                 if rise is not None:
                     found.append(DriftEvent(self.seen, rise[0], signal, *rise[1:]))
             self.seen += 1
-        for event in found:
-            self.counts[event.signal] += 1
-        self.events = (self.events + found)[-_MAX_EVENTS:]
+        if found:  # rare: the list is not copied on every constraint
+            for event in found:
+                self.counts[event.signal] += 1
+            self.events = (self.events + found)[-_MAX_EVENTS:]
         return found
 
     def get_state(self) -> dict[str, Any]:

@@ -411,7 +411,8 @@ class Learner(ABC):
             "preprocess": self.input_scaler.get_state(),
             "model": self._query_state() if queries_only else self._get_state(),
             "queries_only": queries_only,
-            "drift": self.drift.get_state() if self.drift is not None else None,
+            # Queries need no detector: a snapshot does not carry its outcomes to the server.
+            "drift": None if queries_only or self.drift is None else self.drift.get_state(),
         }
 
     def _query_state(self) -> dict[str, Any]:
