@@ -377,7 +377,10 @@ class OAHU(Learner):
             self._mistakes = 1.0 - correct.float().mean(1)
         correct, combined = self._as_numpy(correct).T, self._as_numpy(combined)
         self.prequential.update(correct, combined)
-        if self._observe_mistakes(~np.concatenate([combined[:, None], correct], axis=1)):
+        # A learner that does not detect does not pay for the mistake matrix either.
+        if self.drift is not None and self._observe_mistakes(
+            ~np.concatenate([combined[:, None], correct], axis=1)
+        ):
             self._drift_pending = self._adaptation != ()
 
     def _remember(self, block: np.ndarray, f: Any, slots: np.ndarray) -> None:

@@ -32,14 +32,14 @@ def test_a_jump_of_the_mistake_rate_is_detected_soon_after_it(detector):
     first = [e for e in events if e.constraint >= 3000]
     assert first, f"{detector} missed a jump from 5% to 50% mistakes"
     assert 3000 <= first[0].suspected_at < 3300
-    assert first[0].constraint == first[0].suspected_at + CONFIRM  # confirmed 200 later
+    assert first[0].constraint == first[0].suspected_at + CONFIRM  # confirmed CONFIRM later
     assert first[0].mistakes_after - first[0].mistakes_before >= MIN_RISE
 
 
 @pytest.mark.parametrize("detector", DETECTORS)
 def test_a_burst_of_mistakes_that_passes_is_not_a_drift(detector):
     # 60 constraints at 60% mistakes, then back to 5%: the detector fires within the burst,
-    # and the 200 constraints after that do not confirm it.
+    # and the CONFIRM constraints after that do not confirm it.
     mistakes = bernoulli([(0.05, 3000), (0.6, 60), (0.05, 3000)])
     assert DriftMonitor(detector, [COMBINED]).update(mistakes[:, None]) == []
     fired = DriftMonitor(detector, [COMBINED], min_rise=0.0).update(mistakes[:, None])
@@ -93,6 +93,34 @@ def test_each_signal_has_its_own_detector():
     assert {e.signal for e in events} == {"depth:1"}
     assert monitor.counts == {COMBINED: 0, "depth:0": 0, "depth:1": len(events)}
     assert 2000 <= events[0].suspected_at < 2300
+
+
+@pytest.mark.parametrize("feed", [1, 7, 16, 1000])
+def test_feeding_in_blocks_finds_the_same_drifts_at_the_same_constraints(feed):
+    mistakes = np.stack(
+        [bernoulli([(0.05, 3000), (0.5, 1500)]), bernoulli([(0.05, 2000), (0.6, 2500)], 1)], 1
+    )
+    signals = [COMBINED, "depth:0"]
+    one_by_one = DriftMonitor("adwin", signals, feed=1)
+    for row in mistakes:
+        one_by_one.update(row[None])
+    blocks = DriftMonitor("adwin", signals, feed=feed)
+    taken = [blocks.update(mistakes[i : i + 5].tolist()) for i in range(0, len(mistakes), 5)]
+    fed = len(mistakes) // feed * feed
+    assert one_by_one.events and one_by_one.seen == blocks.seen == len(mistakes)
+    # the drifts of the outcomes fed so far, in order, each reported once
+    assert [e for block in taken for e in block] == blocks.events
+    assert blocks.events == [e for e in one_by_one.events if e.constraint < fed]
+
+
+def test_outcomes_of_the_wrong_shape_are_refused_with_the_field_named():
+    monitor = DriftMonitor("adwin", [COMBINED, "depth:0"])
+    with pytest.raises(ValueError, match=r"mistakes: expected shape \(n, 2\), got \(3,\)"):
+        monitor.update(np.zeros(3, dtype=bool))
+    with pytest.raises(ValueError, match=r"mistakes: expected rows of 2 outcomes, got lengths"):
+        monitor.update([[True, False], [True]])
+    with pytest.raises(ValueError, match="feed: must be an integer >= 1, got 0"):
+        DriftMonitor("adwin", [COMBINED], feed=0)
 
 
 def test_kept_outcomes_are_bounded():

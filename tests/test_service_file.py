@@ -21,6 +21,7 @@ from oahu.cli.main import main
 from oahu.config import OAHUConfig
 from oahu.connectors.dead_letter import read_dead_letters
 from oahu.connectors.messages import encode_stream
+from oahu.drift import CONFIRM
 from oahu.registry import LEARNER_NAMES, make_learner
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
@@ -163,9 +164,10 @@ def test_a_drift_is_served_counted_and_neither_forgotten_nor_repeated_after_a_re
     lines = encode_stream(stream_file, "json", inline=True)
     source = tmp_path / "messages.txt"
     config = dict(gallery=str(stream_file), n_features=64, checkpoint_every=400)
-    source.write_bytes(b"\n".join(lines[:1900]) + b"\n")  # the drift is confirmed by 1,900
+    source.write_bytes(b"\n".join(lines[:2200]) + b"\n")  # the drift is confirmed by 2,200
     first = run_to_end(source, tmp_path / "state", **config)
-    assert first.status["constraints_consumed"] == 1900
+    assert first.status["constraints_consumed"] == 2200
+    assert [e["signal"] for e in first.status["drift_events"]].count("combined") == 1
     source.write_bytes(b"\n".join(lines) + b"\n")
     second = run_to_end(source, tmp_path / "state", **config)
     reference = train_reference(stream)
@@ -174,7 +176,7 @@ def test_a_drift_is_served_counted_and_neither_forgotten_nor_repeated_after_a_re
     assert events == [e.to_dict() for e in reference.drift_events]
     combined = [e for e in events if e["signal"] == "combined"]
     assert len(combined) == 1 and 1500 <= combined[0]["suspected_at"] < 1700
-    assert combined[0]["constraint"] == combined[0]["suspected_at"] + 200
+    assert combined[0]["constraint"] == combined[0]["suspected_at"] + CONFIRM
     text = second.metrics.render().decode().splitlines()
     assert 'oahu_drift_detected_total{signal="combined"} 1.0' in text
 
