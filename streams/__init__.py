@@ -1,4 +1,5 @@
-"""Benchmark constraint streams: datasets, the paper's stream protocol, stream file formats.
+"""Benchmark constraint streams: datasets, the paper's stream protocol, drift, label noise, stream
+file formats.
 
 >>> from oahu.streams import build_stream
 >>> stream = build_stream("digits", n_constraints=10, seed=0)
@@ -17,6 +18,7 @@ from oahu.streams.groupings import (
     grouping_for,
 )
 from oahu.streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
+from oahu.streams.noise import NOISE_MODELS, add_noise, class_confusability
 from oahu.streams.protocol import (
     ClosureStream,
     closure_stream,
@@ -45,14 +47,17 @@ __all__ = [
     "FORMAT_VERSION",
     "GROUPINGS",
     "KINDS",
+    "NOISE_MODELS",
     "OPTIONAL_FIELDS",
     "PROTOCOLS",
     "ClosureStream",
     "ConstraintStream",
     "Dataset",
     "Grouping",
+    "add_noise",
     "build_drift_stream",
     "build_stream",
+    "class_confusability",
     "closure_stream",
     "coarse_labels",
     "distinct_constraints",

@@ -17,19 +17,21 @@ One JSON object per line, each with a ``type``:
     {"type": "triplet", "anchor": 17, "positive": 5, "negative": 9}
     {"type": "pair", "u": 17, "v": 5, "similar": true}
 
-Optional stream fields (drifting streams, :mod:`streams.drift`) are announced by the header's
-``fields``, the list of those the file carries, and then appear on every record they concern::
+Optional stream fields (drifting streams, :mod:`streams.drift`; noisy streams,
+:mod:`streams.noise`) are announced by the header's ``fields``, the list of those the file
+carries, and then appear on every record they concern::
 
     {"type": "header", ..., "fields": ["concepts", "concept_labels", "gallery_idx",
-     "query_idx", "start_idx"], "n_concepts": 2}
+     "query_idx", "start_idx", "flipped"], "n_concepts": 2}
     {"type": "item", "id": 17, ..., "label": 1, "labels": [7, 1], "in": ["start"]}
-    {"type": "triplet", "anchor": 17, "positive": 5, "negative": 9, "concept": 1}
+    {"type": "triplet", "anchor": 17, "positive": 9, "negative": 5, "concept": 1, "flipped": true}
 
 ``labels`` (with ``concept_labels``): the item's label under each of the header's
 ``n_concepts`` concepts, the last equal to ``label``; ``in``: the item sets among
 ``gallery_idx``, ``query_idx``, ``start_idx`` that hold the item, by their short names
 ``gallery``, ``query``, ``start`` (omitted when none); ``concept`` (with ``concepts``): the
-concept the constraint was drawn from. A file without ``fields`` is a file without them, as
+concept the constraint was drawn from; ``flipped`` (with ``flipped``): whether the constraint
+was made wrong on purpose (label noise). A file without ``fields`` is a file without them, as
 before they existed.
 
 Features are written as the shortest decimal of the float64 equal to each float32 value, so
@@ -96,6 +98,7 @@ OPTIONAL_FIELDS: tuple[str, ...] = (
     "gallery_idx",
     "query_idx",
     "start_idx",
+    "flipped",
 )
 #: An item record's ``in`` names for the optional item sets.
 ITEM_SETS: dict[str, str] = {"gallery": "gallery_idx", "query": "query_idx", "start": "start_idx"}
@@ -164,12 +167,15 @@ def write_jsonl(stream: ConstraintStream, path: str | os.PathLike[str]) -> None:
         fields = CONSTRAINT_FIELDS[stream.kind]
         similar = [] if stream.similar is None else stream.similar.tolist()
         concepts = [] if stream.concepts is None else stream.concepts.tolist()
+        flipped = [] if stream.flipped is None else stream.flipped.tolist()
         for k, ids in enumerate(stream.constraints.tolist()):
             record = {"type": stream.kind, **dict(zip(fields, ids, strict=True))}
             if similar:
                 record["similar"] = similar[k]
             if concepts:
                 record["concept"] = concepts[k]
+            if flipped:
+                record["flipped"] = flipped[k]
             fh.write(json.dumps(record) + "\n")
 
 
@@ -333,6 +339,12 @@ class _Reader:
                     f"field 'concept': expected an integer in [0, {n_concepts}) (n_concepts), "
                     f"got {concept!r}",
                 )
+        if "flipped" in self.fields and not isinstance(record.get("flipped"), bool):
+            raise self.fail(
+                lineno,
+                "field 'flipped': expected true or false (the header announced flipped), got "
+                f"{record.get('flipped')!r}"[:300],
+            )
         self.n_constraints_seen += 1
 
     _check_pair = _check_triplet
@@ -356,10 +368,10 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     """Yield the records of a JSON Lines stream one at a time, validated, reading line by line.
 
     Item records come with ``x`` as a float32 array; their optional ``labels`` and ``in`` and
-    the constraints' ``concept`` are checked against what the header's ``fields`` announced. A
-    bad line raises ``ValueError`` naming the line and field when the reader reaches it, after
-    every record before it has been yielded; a file that ends before the counts its header
-    announced raises at the end.
+    the constraints' ``concept`` and ``flipped`` are checked against what the header's
+    ``fields`` announced. A bad line raises ``ValueError`` naming the line and field when the
+    reader reaches it, after every record before it has been yielded; a file that ends before
+    the counts its header announced raises at the end.
     """
     reader = _Reader(path)
     lineno = 0
@@ -392,6 +404,7 @@ def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:
         np.empty((header["n_concepts"], n), dtype=np.int64) if "concept_labels" in fields else None
     )
     concepts: list[int] = []
+    flipped: list[bool] = []
     set_ids: dict[str, list[int]] = {
         short: [] for short, name in ITEM_SETS.items() if name in fields
     }
@@ -410,6 +423,8 @@ def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:
                 similar.append(record["similar"])
             if "concepts" in fields:
                 concepts.append(record["concept"])
+            if "flipped" in fields:
+                flipped.append(record["flipped"])
     width = len(CONSTRAINT_FIELDS[kind])
     item_sets = {ITEM_SETS[short]: np.array(ids, dtype=np.int64) for short, ids in set_ids.items()}
     return ConstraintStream(
@@ -424,4 +439,5 @@ def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:
         concepts=np.array(concepts, dtype=np.int8) if "concepts" in fields else None,
         concept_labels=concept_labels,
         **item_sets,
+        flipped=np.array(flipped, dtype=bool) if "flipped" in fields else None,
     )

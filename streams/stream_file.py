@@ -23,10 +23,12 @@ concept_labels int64 (C, n)               optional: each item's label under each
 gallery_idx    int64 (n_gallery,)         optional: evaluation's kNN gallery (default dev_idx)
 query_idx      int64 (n_query,)           optional: evaluation's queries (default test_idx)
 start_idx      int64 (n_start,)           optional: dev items at the start (default dev_idx)
+flipped        bool (N,)                  optional: True where the constraint was made wrong
 =============  =========================  ===================================================
 
 The optional keys are written only when the stream has them (drifting streams,
-:mod:`streams.drift`), so a stream without them is the same file as before they existed.
+:mod:`streams.drift`; noisy streams, :mod:`streams.noise`), so a stream without them is the
+same file as before they existed.
 
 The JSON Lines interchange format lives in :mod:`streams.jsonl` and is re-exported here.
 """
@@ -102,15 +104,18 @@ class ConstraintStream:
 
     Constructing one validates and normalises every field (``ValueError`` naming the field).
 
-    Optional fields (None when absent; drifting streams, :mod:`streams.drift`, set them):
-    ``concepts`` int8 (N,), the concept in force for each constraint; ``concept_labels`` int64
-    (n_concepts, n_items), each item's label under each concept, whose last row (the final
-    concept) must equal ``y``; ``gallery_idx`` (a subset of ``dev_idx``) and ``query_idx`` (of
-    ``test_idx``), the items evaluation under the final concept uses as kNN gallery and queries;
-    ``start_idx`` (of ``dev_idx``), the development items that exist when the stream starts. The
-    three item sets are stored in split order (as their items appear in ``dev_idx``, then
-    ``test_idx``); :attr:`eval_gallery_idx`, :attr:`eval_query_idx` and :attr:`prepare_idx`
-    give them with their defaults filled in.
+    Optional fields (None when absent; drifting streams, :mod:`streams.drift`, set all but
+    ``flipped``, which noisy streams, :mod:`streams.noise`, set): ``concepts`` int8 (N,), the
+    concept in force for each constraint; ``concept_labels`` int64 (n_concepts, n_items), each
+    item's label under each concept, whose last row (the final concept) must equal ``y``;
+    ``gallery_idx`` (a subset of ``dev_idx``) and ``query_idx`` (of ``test_idx``), the items
+    evaluation under the final concept uses as kNN gallery and queries; ``start_idx`` (of
+    ``dev_idx``), the development items that exist when the stream starts. The three item sets
+    are stored in split order (as their items appear in ``dev_idx``, then ``test_idx``);
+    :attr:`eval_gallery_idx`, :attr:`eval_query_idx` and :attr:`prepare_idx` give them with
+    their defaults filled in. ``flipped`` bool (N,): True where the constraint was made wrong on
+    purpose (label noise: a triplet's positive and negative swapped, a pair's ``similar``
+    flipped).
 
     >>> X = np.eye(4, dtype=np.float32); y = np.array([0, 0, 1, 1])
     >>> s = ConstraintStream(X, y, dev_idx=[0, 1, 2], test_idx=[3], kind="triplet",
@@ -140,6 +145,7 @@ class ConstraintStream:
     gallery_idx: np.ndarray | None = None
     query_idx: np.ndarray | None = None
     start_idx: np.ndarray | None = None
+    flipped: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float32)
@@ -165,6 +171,7 @@ class ConstraintStream:
         self._check_constraints(n)
         self._check_concepts(n)
         self._check_item_sets(n)
+        self._check_flipped()
         try:
             if not isinstance(self.meta, dict):
                 raise TypeError(f"expected a dict, got {type(self.meta).__name__}")
@@ -236,6 +243,17 @@ class ConstraintStream:
                 f"[{concepts.min()}, {concepts.max()}]"
             )
         self.concepts = concepts.astype(np.int8)
+
+    def _check_flipped(self) -> None:
+        if self.flipped is None:
+            return
+        flipped = np.asarray(self.flipped)
+        if flipped.dtype != np.bool_ or flipped.shape != (len(self),):
+            raise ValueError(
+                f"flipped: expected a bool array of shape ({len(self)},) (one per constraint), "
+                f"got {flipped.dtype} {flipped.shape}"
+            )
+        self.flipped = np.ascontiguousarray(flipped)
 
     def _check_item_sets(self, n_items: int) -> None:
         # Split order: the sets are sets; storing them in the order their items appear in

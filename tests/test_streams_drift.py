@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from stream_support import assert_same_stream
 
 from oahu.cli.main import main
 from oahu.streams import build_drift_stream
@@ -36,7 +37,6 @@ from oahu.streams.stream_file import (
 N, M, W = 600, 250, 200
 N_DIGITS = 1797
 OPTIONAL = ("concepts", "concept_labels", "gallery_idx", "query_idx", "start_idx")
-ARRAYS = ("X", "y", "dev_idx", "test_idx", "constraints", "similar", *OPTIONAL)
 
 
 def _consistent(stream: ConstraintStream) -> np.ndarray:
@@ -50,16 +50,6 @@ def _consistent(stream: ConstraintStream) -> np.ndarray:
 def _class_consistent(stream: ConstraintStream, y: np.ndarray) -> np.ndarray:
     c = stream.constraints
     return (y[c[:, 0]] == y[c[:, 1]]) & (y[c[:, 0]] != y[c[:, 2]])
-
-
-def _assert_same(a: ConstraintStream, b: ConstraintStream) -> None:
-    for name in ARRAYS:
-        left, right = getattr(a, name), getattr(b, name)
-        assert (left is None) == (right is None), name
-        if left is not None:
-            assert left.dtype == right.dtype and left.shape == right.shape, name
-            np.testing.assert_array_equal(left, right, err_msg=name)
-    assert a.kind == b.kind
 
 
 @pytest.fixture(scope="module")
@@ -340,7 +330,7 @@ def test_streams_are_deterministic_per_seed(drift):
     width = 50 if drift == "gradual" else 0
     a = build_drift_stream("digits", 200, 5, drift, 80, width)
     b = build_drift_stream("digits", 200, 5, drift, 80, width)
-    _assert_same(a, b)
+    assert_same_stream(a, b)
     assert a.meta == b.meta
     c = build_drift_stream("digits", 200, 6, drift, 80, width)
     assert not np.array_equal(a.constraints, c.constraints)
@@ -478,7 +468,7 @@ def test_a_stream_without_drift_writes_no_new_keys(tmp_path):
     assert "fields" not in records[0] and "n_concepts" not in records[0]
     assert all(set(r) <= {"type", "id", "x", "label", "split"} for r in records[1:1798])
     assert all("concept" not in r for r in records[1798:])
-    _assert_same(s, read_jsonl(tmp_path / "s.jsonl"))
+    assert_same_stream(s, read_jsonl(tmp_path / "s.jsonl"))
 
 
 @pytest.mark.parametrize("drift", ["abrupt", "gradual", "covariate", "novel"])
@@ -489,7 +479,7 @@ def test_drift_streams_round_trip_both_formats(tmp_path, drift):
     write_jsonl(s, tmp_path / "s.jsonl")
     for name in ("s.npz", "s.jsonl"):
         loaded = load_stream(tmp_path / name)
-        _assert_same(s, loaded)
+        assert_same_stream(s, loaded)
         assert loaded.meta["drift"] == s.meta["drift"]
 
 
@@ -588,7 +578,7 @@ def test_every_field_round_trips_both_formats(stream):
         write_jsonl(stream, Path(folder) / "s.jsonl")
         for name in ("s.npz", "s.jsonl"):
             loaded = load_stream(Path(folder) / name)
-            _assert_same(stream, loaded)
+            assert_same_stream(stream, loaded)
             assert loaded.meta["n"] == stream.meta["n"]
 
 
@@ -613,7 +603,7 @@ def test_make_stream_writes_drifting_streams(tmp_path, capsys, drift, extra, wor
         written[suffix] = load_stream(path)
     expected = build_drift_stream("digits", 150, 4, drift, 60, 40 if drift == "gradual" else 0)
     for stream in written.values():
-        _assert_same(expected, stream)
+        assert_same_stream(expected, stream)
         assert stream.meta["drift"] == expected.meta["drift"]
 
 
@@ -676,7 +666,7 @@ def test_make_stream_grouping(tmp_path, capsys, dataset, grouping, drift, extra)
     assert s.meta["drift"]["concepts"] == ["class", f"grouping:{name}"]
     expected = build_drift_stream(dataset, 60, 0, drift, 30, 20 if extra else 0,
                                   grouping=grouping_for(dataset, grouping))  # fmt: skip
-    _assert_same(expected, s)
+    assert_same_stream(expected, s)
 
 
 def test_make_stream_help_explains_each_kind(capsys):

@@ -1,5 +1,5 @@
 """``oahu make-stream``: write a benchmark constraint stream (docs/algorithms.md) to a file,
-optionally with concept drift (streams/drift.py)."""
+optionally with concept drift (streams/drift.py) and label noise (streams/noise.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import textwrap
 from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.streams.drift import DRIFTS, build_drift_stream
 from oahu.streams.groupings import DRIFT_GROUPINGS, GROUPINGS, grouping_for
+from oahu.streams.noise import NOISE_MODELS, add_noise
 from oahu.streams.stream_file import KINDS, ConstraintStream, build_stream, write_jsonl
 
 #: One line per kind of drift, for --help (M: --drift-at, W: --drift-width).
@@ -17,6 +18,11 @@ DRIFT_HELP: dict[str, str] = {
     "gradual": "the same, phased in: i in [M, M+W) is new with probability (i-M)/W",
     "covariate": "same classes; from M on, the items are rotated by 90 degrees",
     "novel": "30% of the classes (seeded) are absent before M, present from M on",
+}
+#: One line per noise model, for --help (RHO: --noise).
+NOISE_HELP: dict[str, str] = {
+    "uniform": "a uniform sample: every constraint equally likely to be wrong",
+    "confusable": "more likely where the classes look alike (close class centroids)",
 }
 #: The drift kinds whose new concept is a grouping of the classes (--grouping).
 GROUPED_DRIFTS: tuple[str, ...] = ("abrupt", "gradual")
@@ -47,7 +53,10 @@ _DESCRIPTION = (
     "split, and the constraints as item indices in stream order (see streams/FORMAT.md). With "
     "--drift, the concept changes at constraint M: each concept's constraints come from a "
     "stream of their own, the file records the concept of each constraint, and its labels are "
-    "those of the final concept (streams/drift.py)."
+    "those of the final concept (streams/drift.py). With --noise RHO, round(RHO * N) of the "
+    "constraints, chosen by --noise-model with the stream's seed, are made wrong (a triplet's "
+    "positive and negative swapped, a pair's similar flag flipped) after any drift is built; "
+    "the file records which (streams/noise.py)."
 )
 
 
@@ -61,7 +70,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         epilog="kinds of drift (--drift):\n"
         + "\n".join(f"  {kind:<10} {line}" for kind, line in DRIFT_HELP.items())
         + "\n\n"
-        + _GROUPING_HELP,
+        + _GROUPING_HELP
+        + "\n\nnoise models (--noise-model, with --noise RHO):\n"
+        + "\n".join(f"  {model:<10} {line}" for model, line in NOISE_HELP.items()),
     )
     add_stream_arguments(p)
     p.add_argument(
@@ -101,6 +112,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "default, marked there)",
     )
     p.add_argument(
+        "--noise",
+        type=float,
+        default=None,
+        metavar="RHO",
+        help="make round(RHO * N) constraints wrong, RHO in [0, 1): triplets get positive and "
+        "negative swapped, pairs the similar flag flipped; the file marks them (default: no "
+        "noise)",
+    )
+    p.add_argument(
+        "--noise-model",
+        choices=NOISE_MODELS,
+        default=None,
+        help="with --noise only: which constraints are made wrong; the models are listed below "
+        "(default: uniform)",
+    )
+    p.add_argument(
         "--out",
         required=True,
         metavar="FILE",
@@ -111,6 +138,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace) -> ConstraintStream:
+    # Checked before the dataset loads.
+    if args.noise is None and args.noise_model is not None:
+        raise ValueError(f"--noise-model: only with --noise, got {args.noise_model}")
+    if args.noise is not None and not 0 <= args.noise < 1:
+        raise ValueError(f"--noise: must be in [0, 1), got {args.noise}")
+    stream = _build_clean(args)
+    if args.noise is None:
+        return stream
+    return add_noise(stream, args.noise, args.noise_model or "uniform", seed=args.seed)
+
+
+def _build_clean(args: argparse.Namespace) -> ConstraintStream:
     if args.drift is None:
         # A drift option without --drift would be silently ignored: refuse it instead.
         for option, value in (
@@ -157,6 +196,16 @@ def _describe_drift(stream: ConstraintStream) -> str:
     )
 
 
+def _describe_noise(stream: ConstraintStream) -> str:
+    noise = stream.meta.get("noise")
+    if noise is None:
+        return ""
+    return (
+        f"; {noise['model']} noise at rate {noise['rate']:g}, {noise['flipped']} of "
+        f"{len(stream)} constraints flipped"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     stream = _build(args)
     if str(args.out).endswith(".jsonl"):
@@ -167,5 +216,6 @@ def run(args: argparse.Namespace) -> int:
         f"wrote {len(stream)} {stream.kind} constraints over {stream.n_items} {args.dataset} "
         f"items ({len(stream.dev_idx)} development, {len(stream.test_idx)} test) to {args.out}"
         + _describe_drift(stream)
+        + _describe_noise(stream)
     )
     return 0
