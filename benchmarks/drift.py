@@ -49,8 +49,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.stream_runs import cached_run, evaluate_on_stream
 from oahu.drift import COMBINED
-from oahu.evaluation import evaluate
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.stream_replay import replay
@@ -136,17 +136,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     outcomes = record_outcomes(learner)
     learner.prepare(stream.X[prepare_idx])
     stats = replay(learner, stream)
-    result = evaluate(
-        learner,
-        stream.X,
-        stream.y,
-        stream.eval_gallery_idx,
-        stream.eval_query_idx,
-        k=5,
-        n_pairs=1000,
-        seed=spec["seed"],
-        max_queries=MAX_QUERIES,
-    )
+    result = evaluate_on_stream(learner, stream, spec["seed"], MAX_QUERIES)
     mistakes = np.concatenate(outcomes) if outcomes else np.zeros(0, dtype=bool)
     return {
         **spec,
@@ -174,17 +164,9 @@ def run_cached(spec: dict[str, Any]) -> dict[str, Any]:
         + "-"
         + spec["label"].replace(" ", "").replace("(", "-").replace(")", "")
     )
-    path = RUNS / f"{slug}.json"
-    if path.exists():
-        cached = json.loads(path.read_text())
-        name, params = (LEARNERS | POLICIES)[spec["label"]]
-        probe = make_learner(name, 4, **params, **seed_param(name, spec["seed"]))
-        if cached.get("learner_params") == json.loads(json.dumps(probe.get_params())):
-            return cached
-    result = run_one(spec)
-    RUNS.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result))
-    return result
+    name, params = (LEARNERS | POLICIES)[spec["label"]]
+    learner = (name, {**params, **seed_param(name, spec["seed"])})
+    return cached_run(RUNS / f"{slug}.json", learner, lambda: run_one(spec))
 
 
 # ----------------------------------------------------------------------------- measures

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from oahu.evaluation import evaluate
+from benchmarks.stream_runs import cached_run, evaluate_on_stream
 from oahu.registry import make_learner
 from oahu.stream_replay import replay
 from oahu.streams import NOISE_MODELS, add_noise
@@ -50,16 +50,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     learner = make_learner(name, stream.n_features, seed=spec["seed"], **params)
     learner.prepare(stream.X[stream.prepare_idx])
     stats = replay(learner, stream)
-    result = evaluate(
-        learner,
-        stream.X,
-        stream.y,
-        stream.eval_gallery_idx,
-        stream.eval_query_idx,
-        k=5,
-        n_pairs=1000,
-        seed=spec["seed"],
-    )
+    result = evaluate_on_stream(learner, stream, spec["seed"])
     return {
         **spec,
         "learner_params": learner.get_params(),
@@ -74,17 +65,9 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
 def run_cached(spec: dict[str, Any]) -> dict[str, Any]:
     model = spec["model"] if spec["rate"] > 0 else "clean"
     slug = f"{spec['dataset']}-{model}-{spec['rate']:g}-{spec['seed']}-{spec['n']}-{spec['label']}"
-    path = RUNS / f"{slug}.json"
-    if path.exists():
-        cached = json.loads(path.read_text())
-        name, params = LEARNERS[spec["label"]]
-        probe = make_learner(name, 4, seed=spec["seed"], **params)
-        if cached.get("learner_params") == json.loads(json.dumps(probe.get_params())):
-            return cached
-    result = run_one(spec)
-    RUNS.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result))
-    return result
+    name, params = LEARNERS[spec["label"]]
+    learner = (name, {**params, "seed": spec["seed"]})
+    return cached_run(RUNS / f"{slug}.json", learner, lambda: run_one(spec))
 
 
 def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:

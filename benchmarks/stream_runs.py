@@ -1,0 +1,49 @@
+"""What the stream benchmarks (drift, noise) share: the evaluation of a learner after its pass
+over a stream, and runs cached as JSON files that stay valid while the learner's parameters do."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from oahu.evaluation import Evaluation, evaluate
+from oahu.learner import Learner
+from oahu.registry import make_learner
+from oahu.streams.stream_file import ConstraintStream
+
+
+def evaluate_on_stream(
+    learner: Learner, stream: ConstraintStream, seed: int, max_queries: int | None = None
+) -> Evaluation:
+    """5-NN quality over the stream's evaluation items (its gallery and queries), as the
+    benchmarks report it; a seeded sample of ``max_queries`` queries when given."""
+    return evaluate(
+        learner,
+        stream.X,
+        stream.y,
+        stream.eval_gallery_idx,
+        stream.eval_query_idx,
+        k=5,
+        n_pairs=1000,
+        seed=seed,
+        max_queries=max_queries,
+    )
+
+
+def cached_run(
+    path: Path, learner: tuple[str, dict[str, Any]], run: Callable[[], dict[str, Any]]
+) -> dict[str, Any]:
+    """The run stored at ``path`` if it was made with the parameters ``learner`` (registered
+    name, constructor parameters) has today; otherwise ``run()``, stored there."""
+    if path.exists():
+        cached = json.loads(path.read_text())
+        name, params = learner
+        probe = make_learner(name, 4, **params)
+        if cached.get("learner_params") == json.loads(json.dumps(probe.get_params())):
+            return cached
+    result = run()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result))
+    return result
