@@ -43,13 +43,12 @@ import argparse
 import json
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.stream_runs import cached_run, evaluate_on_stream
+from benchmarks.stream_runs import cached_run, evaluate_on_stream, run_all
 from oahu.drift import COMBINED
 from oahu.learner import Learner
 from oahu.registry import make_learner
@@ -181,13 +180,16 @@ def rolling_accuracy(mistakes: np.ndarray, window: int = WINDOW) -> np.ndarray:
     return (correct[window:] - correct[:-window]) / window
 
 
+def levels(mistakes: np.ndarray, at: int) -> tuple[float, float]:
+    """(pre-drift level, new plateau): the prequential accuracy over the PRE_LEVEL constraints
+    before ``at`` and over the last PLATEAU of the stream."""
+    before = 1.0 - mistakes[max(0, at - PRE_LEVEL) : at].mean()
+    return float(before), float(1.0 - mistakes[-PLATEAU:].mean())
+
+
 def recovery_target(run: dict[str, Any]) -> float:
     """Within 2 points of the lower of the run's pre-drift level and its new plateau."""
-    mistakes = mistakes_of(run)
-    at = run["at"]
-    before = 1.0 - mistakes[max(0, at - PRE_LEVEL) : at].mean()
-    plateau = 1.0 - mistakes[-PLATEAU:].mean()
-    return float(min(before, plateau) - TOLERANCE)
+    return min(levels(mistakes_of(run), run["at"])) - TOLERANCE
 
 
 def measures(run: dict[str, Any], target: float | None = None) -> dict[str, Any]:
@@ -210,9 +212,8 @@ def measures(run: dict[str, Any], target: float | None = None) -> dict[str, Any]
     }
     if run["label"] == ALONE or run["learner"] == "opml" or len(mistakes) < at + PLATEAU:
         return out
-    before = 1.0 - mistakes[max(0, at - PRE_LEVEL) : at].mean()
-    plateau = 1.0 - mistakes[-PLATEAU:].mean()
-    target = recovery_target(run) if target is None else target
+    before, plateau = levels(mistakes, at)
+    target = min(before, plateau) - TOLERANCE if target is None else target
     # Back for good: from there on the rolling accuracy stays at the target for SUSTAIN
     # constraints (or to the end of the stream), so a lucky window does not count.
     below = rolling_accuracy(mistakes[at:]) < target
@@ -224,7 +225,7 @@ def measures(run: dict[str, Any], target: float | None = None) -> dict[str, Any]
     if not below.any():
         out["recovery"] = 0  # never below the target
     out["accuracy_after"] = float(1.0 - mistakes[at : at + AFTER].mean())
-    out["pre_drift_accuracy"], out["plateau_accuracy"] = float(before), float(plateau)
+    out["pre_drift_accuracy"], out["plateau_accuracy"] = before, plateau
     out["recovery_target"] = target
     return out
 
@@ -332,13 +333,6 @@ def plot(dataset: str, runs: list[dict[str, Any]], path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------- modes
-def run_all(specs: list[dict[str, Any]], jobs: int) -> list[dict[str, Any]]:
-    if jobs <= 1:
-        return [run_cached(s) for s in specs]
-    with ProcessPoolExecutor(jobs) as pool:
-        return list(pool.map(run_cached, specs))
-
-
 def overhead(dataset: str, n: int, seeds: list[int], repeats: int) -> dict[str, Any]:
     """What detection costs the default learner, measured two ways.
 
@@ -471,7 +465,7 @@ def main() -> None:
             for seed in args.seeds
             for label in labels + (list(POLICIES) if kind in args.policies else [])
         ]
-        runs = run_all(specs, args.jobs)
+        runs = run_all(run_cached, specs, args.jobs)
         table = aggregate(runs)
         name = f"drift-stationary-{dataset}" if args.stationary else f"drift-{dataset}"
         (RESULTS / f"{name}.json").write_text(json.dumps(table, indent=1))

@@ -23,13 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks.stream_runs import cached_run, evaluate_on_stream
+from benchmarks.stream_runs import cached_run, evaluate_on_stream, run_all
 from oahu.registry import make_learner
 from oahu.stream_replay import replay
 from oahu.streams import NOISE_MODELS, add_noise
@@ -161,11 +160,7 @@ def main() -> None:
             for rate in sorted(set(args.rates) | {0.0})
             for model in (args.models if rate > 0 else [None])
         ]
-        if args.jobs <= 1:
-            runs = [run_cached(s) for s in specs]
-        else:
-            with ProcessPoolExecutor(args.jobs) as pool:
-                runs = list(pool.map(run_cached, specs))
+        runs = run_all(run_cached, specs, args.jobs)
         table = aggregate(runs)
         (RESULTS / f"noise-{dataset}.json").write_text(json.dumps(table, indent=1))
         plot(dataset, table, RESULTS / f"noise-{dataset}.png")

@@ -1,10 +1,12 @@
 """What the stream benchmarks (drift, noise) share: the evaluation of a learner after its pass
-over a stream, and runs cached as JSON files that stay valid while the learner's parameters do."""
+over a stream, runs cached as JSON files that stay valid while the learner's parameters do, and
+runs in parallel processes."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,3 +49,14 @@ def cached_run(
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))
     return result
+
+
+def run_all(
+    run: Callable[[dict[str, Any]], dict[str, Any]], specs: list[dict[str, Any]], jobs: int
+) -> list[dict[str, Any]]:
+    """``run(spec)`` for each spec, results in order, in ``jobs`` processes (in this one when
+    ``jobs`` <= 1; with more, ``run`` must be a module-level function, which can be pickled)."""
+    if jobs <= 1:
+        return [run(spec) for spec in specs]
+    with ProcessPoolExecutor(jobs) as pool:
+        return list(pool.map(run, specs))
