@@ -16,7 +16,8 @@ Input validation lives here, once, so that no learner can silently learn from ba
 
 * a batch whose feature dimension is wrong raises ``ValueError`` naming the field and shape;
 * a constraint with a non-finite value, or a degenerate one (anchor identical to the negative,
-  or a pair of identical items), is skipped and counted in ``skipped`` by reason.
+  a pair of identical items, a quadruplet whose second pair is one item twice or the first pair
+  again), is skipped and counted in ``skipped`` by reason.
 """
 
 from __future__ import annotations
@@ -41,7 +42,11 @@ SKIP_DEGENERATE = "degenerate"
 # The hook a learner overrides to learn each kind of constraint (checked against its declared
 # capabilities when its class is defined). A new kind adds its entry, a public ``learn_<kind>s``
 # that validates, and a branch of ``Learner.learn``.
-_LEARN_HOOKS: dict[str, str] = {"triplet": "_learn_triplets", "pair": "_learn_pairs"}
+_LEARN_HOOKS: dict[str, str] = {
+    "triplet": "_learn_triplets",
+    "pair": "_learn_pairs",
+    "quadruplet": "_learn_quadruplets",
+}
 
 
 @dataclass(frozen=True)
@@ -121,9 +126,10 @@ class Learner(ABC):
     Subclasses set the class attributes, take their parameters as constructor arguments stored
     under the same names (or say where they live in ``_param_value``), and implement
     ``_embed``, ``_get_state``, ``_set_state`` and a learning hook for each declared constraint
-    kind (``_learn_triplets``, ``_learn_pairs``; ``_learn_samples`` with ``learns_samples``,
-    ``_diagnostics`` with diagnostics). The hooks receive inputs already validated and
-    preprocessed (see :mod:`oahu.preprocessing`; ``preprocess="none"`` by default).
+    kind (``_learn_triplets``, ``_learn_pairs``, ``_learn_quadruplets``; ``_learn_samples``
+    with ``learns_samples``, ``_diagnostics`` with diagnostics). The hooks receive inputs
+    already validated and preprocessed (see :mod:`oahu.preprocessing`; ``preprocess="none"``
+    by default).
 
     Class attributes
     ----------------
@@ -244,6 +250,8 @@ class Learner(ABC):
             )
         if kind == "triplet":
             return self.learn_triplets(x[:, 0], x[:, 1], x[:, 2])
+        if kind == "quadruplet":
+            return self.learn_quadruplets(x[:, 0], x[:, 1], x[:, 2], x[:, 3])
         return self.learn_pairs(x[:, 0], x[:, 1], similar)
 
     def _check_learnable(self, remedy: str = "it cannot learn") -> None:
@@ -305,6 +313,37 @@ class Learner(ABC):
         self.constraints_used += int(used.sum())
         return used
 
+    def learn_quadruplets(self, a: Any, b: Any, c: Any, d: Any) -> np.ndarray:
+        """Learn from quadruplets, each saying D(a, b) < D(c, d), in stream order; return a bool
+        mask of those that changed the model.
+
+        Degenerate rows are skipped: c identical to d (no distance can be below D(c, d) = 0),
+        or {c, d} the same items as {a, b} (the constraint contradicts itself).
+        """
+        self._check_kind("quadruplet")
+        rows = [
+            as_feature_matrix(v, self.n_features, name)
+            for v, name in zip((a, b, c, d), "abcd", strict=True)
+        ]
+        lengths = [len(r) for r in rows]
+        if len(set(lengths)) != 1:
+            raise ValueError(f"a, b, c, d: lengths differ {tuple(lengths)}")
+        xa, xb, xc, xd = rows
+        same_pair = ((xa == xc).all(1) & (xb == xd).all(1)) | (
+            (xa == xd).all(1) & (xb == xc).all(1)
+        )
+        valid = self._screen(
+            np.logical_and.reduce([np.isfinite(r).all(1) for r in rows]),
+            ~(xc == xd).all(1) & ~same_pair,
+        )
+        used = np.zeros(len(xa), dtype=bool)
+        if valid.any():
+            idx = np.flatnonzero(valid)
+            scale = self._learning_rows
+            used[idx] = self._learn_quadruplets(*(scale(r[idx]) for r in rows))
+        self.constraints_used += int(used.sum())
+        return used
+
     def _learning_rows(self, x: np.ndarray) -> np.ndarray:
         """Validated items as the learning hooks receive them: preprocessed (a learner that
         projects each update's rows itself takes them before the projection)."""
@@ -338,6 +377,11 @@ class Learner(ABC):
         raise NotImplementedError
 
     def _learn_pairs(self, u: np.ndarray, v: np.ndarray, similar: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _learn_quadruplets(
+        self, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray
+    ) -> np.ndarray:
         raise NotImplementedError
 
     def _learn_samples(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:

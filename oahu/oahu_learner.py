@@ -37,6 +37,7 @@ from sklearn.decomposition import PCA
 from oahu.arrays import concat, namespace, row_norms
 from oahu.config import PRESETS, OAHUConfig, adaptation_steps
 from oahu.constraint_graph import ConstraintGraph
+from oahu.constraint_kinds import TRIPLET_AS_QUADRUPLET
 from oahu.device import resolve_device
 from oahu.hedge import hedge_update
 from oahu.learner import Capabilities, Diagnostic, Learner
@@ -90,7 +91,7 @@ class OAHU(Learner):
 
     name = "oahu"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        constraint_kinds=("triplet",),
+        constraint_kinds=("triplet", "quadruplet"),
         detects_drift=True,
         diagnostics=(
             Diagnostic(
@@ -141,6 +142,8 @@ class OAHU(Learner):
         self._head0_prepared = self.config.head0_init != "pca"
         self._rng = np.random.default_rng([self.config.seed, _MEMORY_SEED])
         self._replay = ReplayReservoir(self.config.replay_memory, width, self._rng)
+        # Quadruplets replay quadruplets; made at the first one, so triplet streams pay nothing.
+        self._replay_quadruplets: ReplayReservoir | None = None
         self._graph = self._new_graph()
         self.prequential = PrequentialAccuracy(depths, self.config.prequential_window)
         self._watch_for_drift(self.config.drift_detector)
@@ -230,18 +233,27 @@ class OAHU(Learner):
         return self.input_scaler.transform(x, defer_projection=True)
 
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+        return self._learn_constraints(np.stack([a, p, n], axis=1))
+
+    def _learn_quadruplets(
+        self, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray
+    ) -> np.ndarray:
+        return self._learn_constraints(np.stack([a, b, c, d], axis=1))
+
+    def _learn_constraints(self, constraints: np.ndarray) -> np.ndarray:
+        """Learn triplets (N, 3, d) or quadruplets (N, 4, d), before their projection, in steps
+        of ``batch_size``."""
         if not self._head0_prepared:
             raise ValueError(
                 "head0_init: 'pca' takes E0 from items; call learner.prepare(X) with unlabelled "
                 "items (e.g. the development split) before the first constraint"
             )
-        triplets = np.stack([a, p, n], axis=1)  # (N, 3, d), before the projection
-        used = np.zeros(len(triplets), dtype=bool)
+        used = np.zeros(len(constraints), dtype=bool)
         size = self.config.batch_size
-        # Overflow is expected on hostile input and handled (the triplet is skipped and counted).
+        # Overflow is expected on hostile input and handled (the row is skipped and counted).
         with self._step_threads(), np.errstate(over="ignore", invalid="ignore"):
-            for start in range(0, len(triplets), size):
-                block = triplets[start : start + size]
+            for start in range(0, len(constraints), size):
+                block = constraints[start : start + size]
                 used[start : start + len(block)] = self._step(block)
         return used
 
@@ -280,6 +292,7 @@ class OAHU(Learner):
             self._replay = ReplayReservoir(
                 self.config.replay_memory, self._replay.rows.shape[2], self._rng
             )
+            self._replay_quadruplets = None
             self._graph = self._new_graph()
 
     def _new_graph(self) -> ConstraintGraph:
@@ -292,33 +305,52 @@ class OAHU(Learner):
             knowledge=self.config.graph_memory,
         )
 
+    def _replay_for(self, n_roles: int) -> ReplayReservoir:
+        """The reservoir that replays constraints of ``n_roles`` items (3 or 4)."""
+        if n_roles == 3:
+            return self._replay
+        if self._replay_quadruplets is None:
+            width = self._replay.rows.shape[2]
+            self._replay_quadruplets = ReplayReservoir(
+                self.config.replay_memory, width, self._rng, n_roles=4
+            )
+        return self._replay_quadruplets
+
     def _step(self, block: np.ndarray, extras: bool = True) -> np.ndarray:
-        """One update on a block of new triplets (B, 3, d), before their projection, plus, with
-        ``extras``, the replayed and mined ones; returns which of the new triplets changed the
-        model (a positive loss at some depth).
+        """One update on a block of new triplets (B, 3, d) or quadruplets (B, 4, d), before
+        their projection, plus, with ``extras``, the replayed and mined ones; returns which of
+        the new constraints changed the model (a positive loss at some depth).
+
+        A triplet's two distances are D(anchor, positive) and D(anchor, negative), a
+        quadruplet's D(a, b) and D(c, d); everything after them is the same (docs/algorithms.md,
+        "Quadruplets"). Mined triplets join a quadruplet step as (a, p, a, n).
 
         The rows are numpy on the host; on a GPU they go to the device for the network, and the
         arithmetic is the same (:mod:`oahu.arrays`).
         """
-        n_new = block.shape[0]
-        new = self.input_scaler.project(block.reshape(3 * n_new, -1)).reshape(n_new, 3, -1)
+        n_new, n_roles = block.shape[:2]
+        new = self.input_scaler.project(block.reshape(n_roles * n_new, -1)).reshape(
+            n_new, n_roles, -1
+        )
         parts, slots = [new], np.zeros((0, 3), np.int64)
         if extras and self.config.replay:
-            parts.append(self._replay.sample(self.config.replay))
+            parts.append(self._replay_for(n_roles).sample(self.config.replay))
         if extras and self.config.mined:
             alpha = self._alpha if self._on_host else self.alpha
             mined, slots = self._graph.mine(self.config.mined, alpha, self.config.mining_candidates)
-            parts.append(mined)
+            parts.append(mined if n_roles == 3 else mined[:, TRIPLET_AS_QUADRUPLET])
         rows = concat(parts, axis=0) if len(parts) > 1 else new
         n_rows = rows.shape[0]
-        # Rows ordered [anchors; positives; negatives] so one forward pass embeds all of them.
-        x = rows.swapaxes(0, 1).reshape(3 * n_rows, -1)
+        # Rows ordered role by role ([anchors; positives; negatives]) so one forward pass embeds
+        # all of them.
+        x = rows.swapaxes(0, 1).reshape(n_roles * n_rows, -1)
         if not self._on_host:
             x = torch.from_numpy(x).to(self.device)
         cache = self.network.forward(x)
-        f = cache.embeddings.reshape(self.n_depths, 3, n_rows, -1)
-        # Both sides at once: [anchor − positive, anchor − negative], (L+1, 2, T, E).
-        diffs = f[:, :1] - f[:, 1:]
+        f = cache.embeddings.reshape(self.n_depths, n_roles, n_rows, -1)
+        # Both sides at once, (L+1, 2, T, E): [anchor − positive, anchor − negative] or
+        # [a − b, c − d].
+        diffs = f[:, :1] - f[:, 1:] if n_roles == 3 else f[:, 0::2] - f[:, 1::2]
         # Pre-update distances D_orig, (L+1, 2, T, 1).
         dists = row_norms(diffs)
         xp = namespace(dists)
@@ -329,7 +361,7 @@ class OAHU(Learner):
             loss, g_pos, g_neg = margin_with_gradients(d_pos, d_neg, self.config.margin)
         # An overflowing norm turns an embedding into a silent zero vector rather than a NaN, so
         # it is checked with the loss: either one makes the triplet unlearnable.
-        norms = cache.norms.reshape(self.n_depths, 3, n_rows).sum((0, 1))
+        norms = cache.norms.reshape(self.n_depths, n_roles, n_rows).sum((0, 1))
         finite = xp.isfinite(loss.sum(0) + norms)
         if not bool(finite.all()):
             # Replayed and mined triplets were finite when they were stored; should one not be
@@ -345,8 +377,13 @@ class OAHU(Learner):
             scale = (weights / n_rows) * xp.ones_like(self._alpha)
             coef = scale[:, None, None, None] * xp.stack([g_pos, g_neg], 1)[..., None]
             coef = coef / dists.clip(min=_DIST_EPS)
-            towards = coef * diffs  # on the anchor, from each side
-            grad = concat([towards.sum(1)[:, None], -towards], axis=1)
+            towards = coef * diffs  # on the first item of each side
+            if n_roles == 3:  # the anchor is the first item of both sides
+                grad = concat([towards.sum(1)[:, None], -towards], axis=1)
+            else:
+                grad = concat(
+                    [towards[:, :1], -towards[:, :1], towards[:, 1:], -towards[:, 1:]], axis=1
+                )
             self.network.step(cache, grad.reshape(cache.embeddings.shape), self._learning_rate)
         new_loss = loss[:, :n_new]
         self._last_losses = new_loss.mean(1)
@@ -384,14 +421,20 @@ class OAHU(Learner):
             self._drift_pending = self._adaptation != ()
 
     def _remember(self, block: np.ndarray, f: Any, slots: np.ndarray) -> None:
-        """Keep the new triplets for replay and mining, with this step's embeddings (L+1, 3, T,
-        E) of them, and refresh the cached embeddings of the mined ones (the last rows)."""
+        """Keep the new constraints for replay and, triplets, for mining, with this step's
+        embeddings (L+1, n_roles, T, E) of them, and refresh the cached embeddings of the mined
+        ones (the last rows). Quadruplets reveal no classes, so the graph learns nothing from
+        them."""
+        n_roles = block.shape[1]
         if self.config.replay:
-            self._replay.add(block)
+            self._replay_for(n_roles).add(block)
         if not self.config.mined:
             return
         embeddings = self._as_numpy(f)
-        self._graph.observe(block, embeddings[:, :, : len(block)])
+        if n_roles == 3:
+            self._graph.observe(block, embeddings[:, :, : len(block)])
+        else:  # the mined triplets sat in the step as (a, p, a, n)
+            embeddings = embeddings[:, [0, 1, 3]]
         mined = embeddings[:, :, embeddings.shape[2] - len(slots) :]  # (L+1, 3, q, E)
         for role in range(3):
             self._graph.refresh(slots[:, role], mined[:, role])
@@ -414,6 +457,9 @@ class OAHU(Learner):
             **self._query_state(),
             "rng": _rng_state(self._rng),
             "replay": self._replay.get_state(),
+            "replay_quadruplets": None
+            if self._replay_quadruplets is None
+            else self._replay_quadruplets.get_state(),
             "graph": self._graph.get_state(),
             "prequential": self.prequential.get_state(),
             "decay_origin": self._decay_origin,
@@ -446,6 +492,9 @@ class OAHU(Learner):
             self._rng.bit_generator.state = _rng_from_state(state["rng"])
         if "replay" in state:
             self._replay.set_state(state["replay"])
+        self._replay_quadruplets = None
+        if state.get("replay_quadruplets") is not None:
+            self._replay_for(4).set_state(state["replay_quadruplets"])
         if "graph" in state:
             self._graph.set_state(state["graph"])
         if "prequential" in state:

@@ -1,4 +1,5 @@
-"""A bounded reservoir of past triplets that OAHU's updates replay (ours, docs/algorithms.md).
+"""A bounded reservoir of past constraints (triplets or quadruplets) that OAHU's updates replay
+(ours, docs/algorithms.md).
 
 One pass over a stream sees each constraint once; an update that also learns a few constraints
 drawn from a uniform sample of the past (Vitter's reservoir sampling, "Algorithm R") gets more out
@@ -15,7 +16,8 @@ import torch
 
 
 class ReplayReservoir:
-    """A uniform sample of at most ``capacity`` of the triplets added so far.
+    """A uniform sample of at most ``capacity`` of the constraints added so far, each kept as
+    its ``n_roles`` rows (3 for triplets, 4 for quadruplets).
 
     ``rng`` is the learner's generator: sharing it keeps one seeded sequence of draws per
     learner, so the same seed and stream give the same replays.
@@ -29,18 +31,20 @@ class ReplayReservoir:
     (0, 3, 1)
     """
 
-    def __init__(self, capacity: int, n_features: int, rng: np.random.Generator) -> None:
+    def __init__(
+        self, capacity: int, n_features: int, rng: np.random.Generator, n_roles: int = 3
+    ) -> None:
         if capacity < 1:
             raise ValueError(f"capacity: must be >= 1, got {capacity}")
         self.capacity = capacity
         self.rng = rng
-        self.rows = np.zeros((capacity, 3, n_features), dtype=np.float32)
-        self.size = 0  # triplets held
-        self.seen = 0  # triplets ever offered
+        self.rows = np.zeros((capacity, n_roles, n_features), dtype=np.float32)
+        self.size = 0  # constraints held
+        self.seen = 0  # constraints ever offered
 
     def add(self, triplets: np.ndarray) -> None:
-        """Offer triplets (n, 3, d) in stream order; each of the first ``capacity`` is kept, and
-        the i-th after them replaces a random held one with probability capacity / i."""
+        """Offer constraints (n, n_roles, d) in stream order; each of the first ``capacity`` is
+        kept, and the i-th after them replaces a random held one with probability capacity / i."""
         n = len(triplets)
         if n == 1 and self.size == self.capacity:  # the strict step's case, without arrays
             self.seen += 1
@@ -62,8 +66,8 @@ class ReplayReservoir:
         self.seen += n
 
     def sample(self, k: int) -> np.ndarray:
-        """``k`` triplets drawn uniformly (with replacement) from the reservoir: (k, 3, d), or
-        (0, 3, d) while it is empty."""
+        """``k`` constraints drawn uniformly (with replacement) from the reservoir: (k, n_roles,
+        d), or (0, n_roles, d) while it is empty."""
         if not self.size or k < 1:
             return self.rows[:0]
         return self.rows[self.rng.integers(0, self.size, size=k)]

@@ -155,9 +155,29 @@ def test_declared_capabilities_and_metrics():
         for c in (Euclidean, LEGO, RDML, OASIS, OPML)
     }
     assert declared == {
-        "euclidean": (("triplet", "pair"), False, "l2"),  # accepts both, learns from neither
+        # accepts every kind, learns from none
+        "euclidean": (("triplet", "pair", "quadruplet"), False, "l2"),
         "lego": (("pair", "triplet"), False, "l2"),  # a triplet is learned as two pairs
         "rdml": (("pair", "triplet"), False, "l2"),
         "oasis": (("triplet",), False, "ip"),
-        "opml": (("triplet",), True, "l2"),  # its own one-pass triplets from samples
+        # its own one-pass triplets from samples; quadruplets through the same update
+        "opml": (("triplet", "quadruplet"), True, "l2"),
     }
+
+
+def test_opml_learns_a_triplet_and_its_quadruplet_alike():
+    from oahu.constraint_kinds import triplet_as_quadruplet
+
+    t = np.random.default_rng(4).random((20, 3, D))
+    by_triplet, by_quadruplet = OPML(n_features=D), OPML(n_features=D)
+    used_t = by_triplet.learn("triplet", t)
+    used_q = by_quadruplet.learn("quadruplet", triplet_as_quadruplet(t))
+    assert used_t.tolist() == used_q.tolist() and used_t.any()
+    assert np.array_equal(by_triplet.metric_matrix, by_quadruplet.metric_matrix)
+
+
+@pytest.mark.parametrize("cls", [LEGO, RDML, OASIS])
+def test_learners_without_quadruplets_refuse_them_by_kind(cls):
+    q = np.random.default_rng(4).random((2, 4, D))
+    with pytest.raises(ValueError, match=r"kind: .* not from quadruplets"):
+        cls(n_features=D).learn("quadruplet", q)

@@ -68,7 +68,11 @@ def assert_same_state(x: Any, y: Any, path: str = "state") -> None:
 def test_declared_constraint_kinds_are_learned_and_others_refused(name):
     learner = build(name)
     a, p, neg, similar = random_stream(6, seed=1)
-    items = {"triplet": np.stack([a, p, neg], axis=1), "pair": np.stack([a, neg], axis=1)}
+    items = {
+        "triplet": np.stack([a, p, neg], axis=1),
+        "pair": np.stack([a, neg], axis=1),
+        "quadruplet": np.stack([a, p, neg, p], axis=1),
+    }
     for kind, x in items.items():
         if learner.capabilities.learns(kind):
             assert learner.learn(kind, x, similar).shape == (6,)

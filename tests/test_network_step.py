@@ -10,11 +10,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from step_reference import ETA, TAU, reference_step
 
-from oahu.loss import dissimilarity_threshold, similarity_threshold
 from oahu.oahu_learner import OAHU
-
-TAU, ETA = 0.1, 0.3
 
 
 def test_linear_head_step_by_hand() -> None:
@@ -44,47 +42,6 @@ def test_linear_head_step_by_hand() -> None:
     assert model.alpha.tolist() == [1.0]  # one depth: the hedge keeps α = [1]
 
 
-def _reference_step(model: OAHU, triplets: np.ndarray, per_depth: bool):
-    """Autograd in float64 on Σ α L (or on each L(l) separately, to assemble Eq. 21-22)."""
-    net = model.network
-    params = {k: v.detach().double().clone().requires_grad_(True) for k, v in net.tensors().items()}
-    n_layers = model.config.n_hidden_layers
-
-    def embed(x):
-        hidden, h = [], x
-        for l in range(n_layers):
-            h = torch.relu(h @ params[f"W{l + 1}"].T + params[f"b{l + 1}"])
-            hidden.append(h)
-        raw = [x @ params["head0"].T] + [hidden[l] @ params["heads"][l].T for l in range(n_layers)]
-        return [r / r.norm(dim=-1, keepdim=True) for r in raw]
-
-    x = torch.from_numpy(triplets).double()  # (B, 3, d)
-    fa, fp, fn = embed(x[:, 0]), embed(x[:, 1]), embed(x[:, 2])
-    losses = []
-    for l in range(model.n_depths):
-        d_pos = (fa[l] - fp[l]).norm(dim=-1)
-        d_neg = (fa[l] - fn[l]).norm(dim=-1)
-        c1 = similarity_threshold(d_pos.detach(), TAU)
-        c2 = dissimilarity_threshold(d_neg.detach(), TAU)
-        attr = torch.clamp((d_pos - c1) / (2 - c1), min=0)
-        rep = torch.clamp(1 - d_neg / c2, min=0)
-        losses.append((0.5 * (attr + rep)).mean())
-    alpha = torch.from_numpy(model.alpha)
-    if not per_depth:
-        sum(a * loss for a, loss in zip(alpha, losses, strict=True)).backward()
-        return {k: (v - ETA * v.grad).detach() for k, v in params.items()}, losses
-    grads = []
-    for loss in losses:
-        got = torch.autograd.grad(loss, list(params.values()), retain_graph=True, allow_unused=True)
-        grads.append(
-            [
-                torch.zeros_like(p) if g is None else g
-                for g, p in zip(got, params.values(), strict=True)
-            ]
-        )
-    return dict(zip(params, zip(*grads, strict=True), strict=True)), losses
-
-
 def _tiny_model(batch_size: int = 1, preset: str | None = "paper") -> OAHU:
     # Seed chosen so that no ReLU unit is dead for these inputs (a dead unit makes D+ = 0 at
     # some depth, where autograd's norm gradient is 0/0 and ours is 0).
@@ -112,7 +69,7 @@ def _triplets(n: int) -> np.ndarray:
 def test_step_equals_autograd_on_weighted_sum() -> None:
     model = _tiny_model()
     trip = _triplets(1)
-    expected, _ = _reference_step(model, trip, per_depth=False)
+    expected, _ = reference_step(model, trip, per_depth=False)
     model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
     for name, value in model.network.tensors().items():
         assert torch.allclose(value.double(), expected[name], atol=1e-6), name
@@ -123,7 +80,7 @@ def test_step_is_eq21_and_eq22() -> None:
     model = _tiny_model()
     trip = _triplets(1)
     before = {k: v.clone().double() for k, v in model.network.tensors().items()}
-    per_depth, _ = _reference_step(model, trip, per_depth=True)
+    per_depth, _ = reference_step(model, trip, per_depth=True)
     alpha = model.alpha
     model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
     after = {k: v.double() for k, v in model.network.tensors().items()}
@@ -152,7 +109,7 @@ def test_step_is_eq21_and_eq22() -> None:
 def test_hedge_uses_pre_update_losses() -> None:
     model = _tiny_model()
     trip = _triplets(1)
-    _, losses = _reference_step(model, trip, per_depth=False)
+    _, losses = reference_step(model, trip, per_depth=False)
     model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
     assert model.last_losses.double().tolist() == pytest.approx(
         [float(v.detach()) for v in losses], abs=1e-6
@@ -162,7 +119,7 @@ def test_hedge_uses_pre_update_losses() -> None:
 def test_micro_batch_step_is_batch_mean() -> None:
     model = _tiny_model(batch_size=4)
     trip = _triplets(4)
-    expected, _ = _reference_step(model, trip, per_depth=False)
+    expected, _ = reference_step(model, trip, per_depth=False)
     model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
     assert model.updates == 1
     for name, value in model.network.tensors().items():

@@ -23,7 +23,9 @@ class Euclidean(Learner):
     """
 
     name: ClassVar[str] = "euclidean"
-    capabilities: ClassVar[Capabilities] = Capabilities(constraint_kinds=("triplet", "pair"))
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        constraint_kinds=("triplet", "pair", "quadruplet")
+    )
     metric: ClassVar[MetricKind] = "l2"
 
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -31,6 +33,11 @@ class Euclidean(Learner):
 
     def _learn_pairs(self, u: np.ndarray, v: np.ndarray, similar: np.ndarray) -> np.ndarray:
         return np.zeros(len(u), dtype=bool)
+
+    def _learn_quadruplets(
+        self, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray
+    ) -> np.ndarray:
+        return np.zeros(len(a), dtype=bool)
 
     def _embed(self, x: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
         return x.copy()[None]  # a copy: never hand back a view of the caller's input

@@ -47,12 +47,20 @@ class MahalanobisLearner(Learner):
 
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
         anchors = a.astype(np.float64)
-        to_pos = anchors - p.astype(np.float64)
-        to_neg = anchors - n.astype(np.float64)
-        used = np.zeros(len(a), dtype=bool)
+        return self._learn_differences(
+            anchors - p.astype(np.float64), anchors - n.astype(np.float64)
+        )
+
+    def _learn_differences(self, near: np.ndarray, far: np.ndarray) -> np.ndarray:
+        """Learn d_A(near row) < d_A(far row) for each pair of difference vectors, in order.
+
+        A learner whose triplet update only sees the two differences a − p and a − n learns a
+        quadruplet (a, b, c, d) the same way from a − b and c − d (Law et al. 2016, Eq. 7); its
+        ``_learn_quadruplets`` is this, declared where the update allows it (OPML)."""
+        used = np.zeros(len(near), dtype=bool)
         with blas_threads(1):  # see oahu.threads
-            for i in range(len(a)):
-                used[i] = self._update_triplet(to_pos[i], to_neg[i])
+            for i in range(len(near)):
+                used[i] = self._update_triplet(near[i], far[i])
         return used
 
     def _embed(self, x: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:

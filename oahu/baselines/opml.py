@@ -72,7 +72,11 @@ class OPML(MahalanobisLearner):
     """
 
     name: ClassVar[str] = "opml"
-    capabilities: ClassVar[Capabilities] = Capabilities(learns_samples=True, detects_drift=True)
+    # Its update reads a triplet only through a − p and a − n, so a quadruplet (a, b, c, d)
+    # is learned from a − b and c − d alike.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        constraint_kinds=("triplet", "quadruplet"), learns_samples=True, detects_drift=True
+    )
 
     def __init__(
         self,
@@ -118,6 +122,15 @@ class OPML(MahalanobisLearner):
     def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
         self._wrong = []
         used = super()._learn_triplets(a, p, n)
+        self._observe_mistakes(np.array(self._wrong, dtype=bool).reshape(-1, 1))
+        return used
+
+    def _learn_quadruplets(
+        self, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray
+    ) -> np.ndarray:
+        self._wrong = []
+        near = a.astype(np.float64) - b.astype(np.float64)
+        used = self._learn_differences(near, c.astype(np.float64) - d.astype(np.float64))
         self._observe_mistakes(np.array(self._wrong, dtype=bool).reshape(-1, 1))
         return used
 
