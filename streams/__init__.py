@@ -1,5 +1,5 @@
-"""Benchmark constraint streams: datasets, the paper's stream protocol, drift, label noise, stream
-file formats.
+"""Benchmark constraint streams: datasets, the paper's stream protocol, drift, label noise,
+label-hierarchy quadruplets, stream file formats.
 
 >>> from oahu.streams import build_stream
 >>> stream = build_stream("digits", n_constraints=10, seed=0)
@@ -16,6 +16,13 @@ from oahu.streams.groupings import (
     Grouping,
     coarse_labels,
     grouping_for,
+)
+from oahu.streams.hierarchy import (
+    HIERARCHY_LEVELS,
+    build_hierarchy_stream,
+    hierarchy_distance,
+    matched_triplet_count,
+    matched_triplet_stream,
 )
 from oahu.streams.jsonl import iter_jsonl, read_jsonl, write_jsonl
 from oahu.streams.noise import NOISE_MODELS, add_noise, class_confusability
@@ -46,6 +53,7 @@ __all__ = [
     "DRIFT_GROUPINGS",
     "FORMAT_VERSION",
     "GROUPINGS",
+    "HIERARCHY_LEVELS",
     "KINDS",
     "NOISE_MODELS",
     "OPTIONAL_FIELDS",
@@ -56,6 +64,7 @@ __all__ = [
     "Grouping",
     "add_noise",
     "build_drift_stream",
+    "build_hierarchy_stream",
     "build_stream",
     "class_confusability",
     "closure_stream",
@@ -63,12 +72,15 @@ __all__ = [
     "distinct_constraints",
     "drift_mask",
     "grouping_for",
+    "hierarchy_distance",
     "interleave_closure",
     "iter_jsonl",
     "load_dataset",
     "load_digits",
     "load_fashion_mnist",
     "load_stream",
+    "matched_triplet_count",
+    "matched_triplet_stream",
     "novel_classes",
     "pair_stream",
     "random_pairs",

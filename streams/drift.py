@@ -70,6 +70,8 @@ NOVEL_SHARE = 0.3
 # Tags of this module's draws, apart from those of streams.protocol (0, 1, 2): the split of a
 # drifting stream is the plain stream's, the rest is drawn independently of it.
 _GRADUAL, _NOVEL, _CONCEPT = 16, 17, 18
+# The kinds a drifting stream can hold: those of the paper's protocol.
+_DRIFT_KINDS: tuple[str, ...] = ("triplet", "pair")
 
 
 def drift_mask(
@@ -197,8 +199,13 @@ def build_drift_stream(
     >>> s.n_items, int(s.constraints[:60].max()) < 1797 <= int(s.constraints[60:].min())
     (3594, True)
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    if kind not in _DRIFT_KINDS:
+        # Each concept's constraints come from the paper's protocol, which draws triplets and
+        # pairs only (quadruplets come from a label hierarchy, streams.hierarchy).
+        raise ValueError(
+            f"kind: drifting streams are {' or '.join(_DRIFT_KINDS)} streams (of the kinds "
+            f"{', '.join(KINDS)}), got {kind!r}"
+        )
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
     if drift not in DRIFTS:

@@ -16,6 +16,7 @@ One JSON object per line, each with a ``type``:
 
     {"type": "triplet", "anchor": 17, "positive": 5, "negative": 9}
     {"type": "pair", "u": 17, "v": 5, "similar": true}
+    {"type": "quadruplet", "a": 17, "b": 5, "c": 9, "d": 30}
 
 Optional stream fields (drifting streams, :mod:`streams.drift`; noisy streams,
 :mod:`streams.noise`) are announced by the header's ``fields``, the list of those the file
@@ -50,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from oahu.constraint_kinds import ROLES
 from oahu.streams.atomic import atomic_open
 
 if TYPE_CHECKING:
@@ -107,13 +109,14 @@ ITEM_SETS: dict[str, str] = {"gallery": "gallery_idx", "query": "query_idx", "st
 CONSTRAINT_FIELDS: dict[str, tuple[str, ...]] = {
     "triplet": ("anchor", "positive", "negative"),
     "pair": ("u", "v"),
+    "quadruplet": ROLES["quadruplet"],  # a, b, c, d: D(a, b) < D(c, d)
 }
 # Record type -> required fields -> check (None when the value is fine, else what was expected).
 _ITEM_ID_FIELDS = {"item": ("id",), **CONSTRAINT_FIELDS}
 _SCHEMA: dict[str, dict[str, Callable[[Any], str | None]]] = {
     "header": {
         "version": _integer,
-        "kind": _one_of("triplet", "pair"),
+        "kind": _one_of(*CONSTRAINT_FIELDS),
         "n_items": _count,
         "n_features": _count,
         "n_constraints": _count,
@@ -122,6 +125,7 @@ _SCHEMA: dict[str, dict[str, Callable[[Any], str | None]]] = {
     "item": {"id": _integer, "x": _list, "label": _integer, "split": _one_of("dev", "test")},
     "triplet": {"anchor": _integer, "positive": _integer, "negative": _integer},
     "pair": {"u": _integer, "v": _integer, "similar": _boolean},
+    "quadruplet": dict.fromkeys(CONSTRAINT_FIELDS["quadruplet"], _integer),
 }
 
 
@@ -347,7 +351,7 @@ class _Reader:
             )
         self.n_constraints_seen += 1
 
-    _check_pair = _check_triplet
+    _check_pair = _check_quadruplet = _check_triplet
 
     def check_complete(self, lineno: int) -> None:
         if self.header is None:

@@ -6,7 +6,11 @@ exactly ``round(rate * N)`` constraints are wrong:
 
 * a triplet ``(anchor, positive, negative)`` gets its positive and negative swapped: it now says
   the anchor is closer to the item of the other class;
-* a pair ``(u, v, similar)`` gets ``similar`` flipped.
+* a pair ``(u, v, similar)`` gets ``similar`` flipped;
+* a quadruplet ``(a, b, c, d)``, which says D(a, b) < D(c, d), gets its two pairs swapped,
+  ``(c, d, a, b)``: it now says the pair that was farther is the closer one (a triplet is the
+  quadruplet ``(anchor, positive, anchor, negative)``, and swapping its pairs is swapping its
+  positive and negative).
 
 The items of every constraint stay the same, only what the constraint says about them changes,
 and the stream records which constraints were made wrong in its optional field ``flipped``
@@ -28,8 +32,13 @@ Two noise models (:data:`NOISE_MODELS`) choose the wrong constraints:
   swapping it claims the anchor is closer to the negative's class. A dissimilar pair weighs
   ``w(class(u), class(v))``: flipping it claims the two classes are the same. A similar pair
   weighs ``max w(class(u), c)`` over the other classes ``c``: flipping it claims ``u``'s class is
-  another one, most plausibly the one it is most easily taken for. :func:`class_confusability`
-  gives the weights.
+  another one, most plausibly the one it is most easily taken for. A quadruplet weighs
+  ``w(class(c), class(d)) / w(class(a), class(b)) = exp(-(d(c, d) - d(a, b)) / s)``: swapping
+  it claims ``c`` and ``d`` are closer than ``a`` and ``b``, most plausible where the classes of
+  the farther pair look more alike than those of the closer one. Where ``a`` and ``b`` share a
+  class (``w = 1``) this is the triplet's weight, so a triplet weighs the same as the
+  quadruplet ``(anchor, positive, anchor, negative)``. :func:`class_confusability` gives the
+  weights.
 
 On a drifting stream (:mod:`streams.drift`; noise is added after the drift is built) each
 constraint's classes are those of the concept it was drawn from (``concept_labels[concepts]``),
@@ -56,6 +65,8 @@ NOISE_MODELS: tuple[str, ...] = ("uniform", "confusable")
 # The tag of this module's draws, apart from those of streams.protocol (0, 1, 2) and
 # streams.drift (16 and up, one per concept).
 _NOISE = 32
+# A quadruplet (a, b, c, d) made wrong: (c, d, a, b).
+_SWAP_PAIRS = [2, 3, 0, 1]
 
 
 def class_confusability(
@@ -113,6 +124,9 @@ def _constraint_log_weights(stream: ConstraintStream) -> np.ndarray:
     cls = dense[concepts[:, None], stream.constraints]
     if stream.kind == "triplet":
         return log_w[concepts, cls[:, 0], cls[:, 2]]
+    if stream.kind == "quadruplet":
+        # w(c, d) / w(a, b): how much more alike the farther pair's classes look.
+        return log_w[concepts, cls[:, 2], cls[:, 3]] - log_w[concepts, cls[:, 0], cls[:, 1]]
     assert stream.similar is not None
     # A similar pair weighs u's class against the class it is most easily taken for.
     others = log_w.copy()
@@ -155,7 +169,8 @@ def add_noise(
     """A copy of ``stream`` in which exactly ``round(rate * len(stream))`` constraints, chosen by
     ``model`` (one of :data:`NOISE_MODELS`) with ``seed`` (default: the stream's
     ``meta["seed"]``), are wrong: triplets with positive and negative swapped, pairs with
-    ``similar`` flipped; ``flipped`` marks them and ``meta["noise"]`` records
+    ``similar`` flipped, quadruplets ``(a, b, c, d)`` with their pairs swapped, ``(c, d, a, b)``;
+    ``flipped`` marks them and ``meta["noise"]`` records
     ``{"model", "rate", "flipped", "seed"}``. ``rate`` is in [0, 1); 0 gives an equal copy with
     nothing flipped. ``stream`` is left as it is; the copy shares its items (``X``, ``y``, the
     splits and item sets), the constraints, ``similar`` and ``meta`` are its own. A stream that
@@ -195,6 +210,8 @@ def add_noise(
             stream.constraints[flipped, 2],
             stream.constraints[flipped, 1],
         )
+    elif stream.kind == "quadruplet":
+        constraints[flipped] = stream.constraints[flipped][:, _SWAP_PAIRS]
     else:
         assert similar is not None
         similar[flipped] = ~similar[flipped]

@@ -164,7 +164,12 @@ def closure_stream(
     True
     """
     if kind not in ("triplet", "pair"):
-        raise ValueError(f"kind: expected 'triplet' or 'pair', got {kind!r}")
+        # Closure derives from class labels alone; a quadruplet needs a label hierarchy.
+        hint = " (quadruplets come from a label hierarchy: streams.hierarchy)"
+        raise ValueError(
+            f"kind: expected 'triplet' or 'pair', got {kind!r}"
+            + (hint if kind == "quadruplet" else "")
+        )
     available = distinct_constraints(labels, dev_idx, kind)
     if _check_n(n_constraints) > available:  # the seeds would be drawn forever
         if available == 0 and kind == "triplet":

@@ -14,8 +14,9 @@ X              float32 (n, d)             item features
 y              int64 (n,)                 item labels
 dev_idx        int64 (n_dev,)             development items (constraints come from these)
 test_idx       int64 (n_test,)            test items; dev_idx and test_idx partition range(n)
-kind           str, 0-d                   "triplet" or "pair"
-constraints    int64 (N, 3) or (N, 2)     (anchor, positive, negative) or (u, v), stream order
+kind           str, 0-d                   "triplet", "pair" or "quadruplet"
+constraints    int64 (N, 3), (N, 2) or    (anchor, positive, negative), (u, v) or (a, b, c, d):
+               (N, 4)                     item indices, in stream order
 similar        bool (N,)                  pairs only: True when u and v are similar
 meta           str, 0-d                   JSON object; always holds "format_version": 1
 concepts       int8 (N,)                  optional: the concept in force for each constraint
@@ -72,6 +73,9 @@ __all__ = [
 FORMAT_VERSION = 1
 KINDS: tuple[str, ...] = CONSTRAINT_KINDS
 PROTOCOLS: tuple[str, ...] = ("closure", "random")
+# The kinds the paper's protocol (and so build_stream) draws: quadruplets come from
+# streams.hierarchy.
+_PROTOCOL_KINDS: tuple[str, ...] = ("triplet", "pair")
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz file starts
 _MAX_CONCEPTS = int(np.iinfo(np.int8).max)  # concepts are stored as int8
 _NPZ_KEYS = ("X", "y", "dev_idx", "test_idx", "kind", "constraints", "meta")
@@ -115,7 +119,13 @@ class ConstraintStream:
     :attr:`eval_gallery_idx`, :attr:`eval_query_idx` and :attr:`prepare_idx` give them with
     their defaults filled in. ``flipped`` bool (N,): True where the constraint was made wrong on
     purpose (label noise: a triplet's positive and negative swapped, a pair's ``similar``
-    flipped).
+    flipped, a quadruplet's two pairs swapped).
+
+    ``kind`` is one of :data:`KINDS`: a triplet (anchor, positive, negative) says the anchor is
+    closer to the positive than to the negative, a pair (u, v) with its ``similar`` flag says
+    whether u and v are similar, a quadruplet (a, b, c, d) says D(a, b) < D(c, d)
+    (:mod:`oahu.constraint_kinds`; label-hierarchy streams, :mod:`streams.hierarchy`). Only
+    pairs have ``similar``.
 
     >>> X = np.eye(4, dtype=np.float32); y = np.array([0, 0, 1, 1])
     >>> s = ConstraintStream(X, y, dev_idx=[0, 1, 2], test_idx=[3], kind="triplet",
@@ -194,9 +204,9 @@ class ConstraintStream:
                 f"constraints: item {int(c[~is_dev[c]][0])} is not a development item (dev_idx)"
             )
         self.constraints = c
-        if self.kind == "triplet":
+        if self.kind != "pair":
             if self.similar is not None:
-                raise ValueError("similar: triplet streams have no similar flags; pass None")
+                raise ValueError(f"similar: {self.kind} streams have no similar flags; pass None")
             return
         sim = np.asarray(self.similar)
         if self.similar is None or sim.dtype != np.bool_ or sim.shape != (len(c),):
@@ -308,23 +318,21 @@ class ConstraintStream:
         ``prepare`` fits on): ``start_idx``, by default the development items."""
         return self.dev_idx if self.start_idx is None else self.start_idx
 
-    def batch(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def batch(self, start: int, stop: int) -> tuple[np.ndarray, ...]:
         """Features of constraints ``start:stop``: (anchors, positives, negatives) for triplets,
-        (u, v, similar) for pairs."""
+        (u, v, similar) for pairs, (a, b, c, d) for quadruplets."""
         c = self.constraints[start:stop]
-        if self.kind == "triplet":
-            return self.X[c[:, 0]], self.X[c[:, 1]], self.X[c[:, 2]]
+        if self.kind != "pair":
+            return tuple(self.X[c[:, role]] for role in range(c.shape[1]))
         assert self.similar is not None
         return self.X[c[:, 0]], self.X[c[:, 1]], self.similar[start:stop]
 
     def features(self, start: int, stop: int) -> np.ndarray:
         """Features of the items of constraints ``start:stop``, (n, n_roles, n_features), in
-        role order (anchor, positive, negative or u, v)."""
+        role order (anchor, positive, negative; u, v; or a, b, c, d)."""
         return self.X[self.constraints[start:stop]]
 
-    def iter_batches(
-        self, batch_size: int = 1
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def iter_batches(self, batch_size: int = 1) -> Iterator[tuple[np.ndarray, ...]]:
         """:meth:`batch` over the whole stream in order, ``batch_size`` constraints at a time."""
         if int(batch_size) < 1:
             raise ValueError(f"batch_size: must be a positive integer, got {batch_size!r}")
@@ -419,6 +427,13 @@ def build_stream(
     """
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    if kind not in _PROTOCOL_KINDS:
+        # What a quadruplet says (a pair closer than another pair) needs more than class labels.
+        raise ValueError(
+            f"kind: the paper's protocol builds {' or '.join(_PROTOCOL_KINDS)} streams, got "
+            f"{kind!r}; a quadruplet stream comes from a label hierarchy "
+            "(oahu.streams.build_hierarchy_stream)"
+        )
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
     ds = load_dataset(dataset) if isinstance(dataset, str) else dataset

@@ -364,7 +364,11 @@ def test_empty_streams():
         ({"drift": "sudden"}, "drift: expected one of .*'abrupt'"),
         ({"drift": "gradual"}, "drift_width: gradual drift needs a width > 0, got 0"),
         ({"drift_width": 5}, "drift_width: only gradual drift has a width; abrupt drift takes 0"),
-        ({"kind": "quadruplet"}, "kind: expected one of"),
+        (
+            {"kind": "quadruplet"},
+            "kind: drifting streams are triplet or pair streams .*, got 'quadruplet'",
+        ),
+        ({"kind": "quintuplet"}, "kind: drifting streams are triplet or pair streams"),
         ({"protocol": "transitive"}, "protocol: expected one of"),
     ],
 )
@@ -537,14 +541,14 @@ def test_malformed_optional_jsonl_fields_name_the_line_and_field(tmp_path, recor
 @st.composite
 def _streams(draw) -> ConstraintStream:
     n = draw(st.integers(2, 12))
-    kind = draw(st.sampled_from(["triplet", "pair"]))
+    kind = draw(st.sampled_from(["triplet", "pair", "quadruplet"]))
     order = draw(st.permutations(range(n)))
     n_dev = draw(st.integers(1, n))
     dev, test = order[:n_dev], order[n_dev:]
     n_concepts = draw(st.integers(1, 3))
     labels = draw(st.lists(st.lists(st.integers(-5, 5), min_size=n, max_size=n),
                            min_size=n_concepts, max_size=n_concepts))  # fmt: skip
-    width = 3 if kind == "triplet" else 2
+    width = {"triplet": 3, "pair": 2, "quadruplet": 4}[kind]
     constraints = draw(st.lists(st.lists(st.sampled_from(dev), min_size=width, max_size=width),
                                 max_size=8))  # fmt: skip
     subset = lambda pool: st.none() | st.lists(st.sampled_from(pool), unique=True)  # noqa: E731

@@ -114,6 +114,10 @@ def test_build_stream_protocols_and_meta():
     with pytest.raises(ValueError, match="protocol: expected one of"):
         build_stream(ds, 4, seed=0, protocol="transitive")
     with pytest.raises(ValueError, match="kind: expected one of"):
+        build_stream(ds, 4, seed=0, kind="quintuplet")
+    # A known kind, but not one the paper's protocol draws: the error says where it comes from.
+    with pytest.raises(ValueError, match=r"kind: the paper's protocol builds triplet or pair "
+                       r"streams, got 'quadruplet'; .* label hierarchy"):  # fmt: skip
         build_stream(ds, 4, seed=0, kind="quadruplet")
 
 

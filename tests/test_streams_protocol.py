@@ -289,7 +289,12 @@ def test_bad_arguments_name_the_field():
         triplet_stream(y, np.array([0, 0, 2]), 4, seed=0)
     with pytest.raises(ValueError, match="n_constraints: must be >= 0"):
         triplet_stream(y, np.arange(4), -1, seed=0)
-    with pytest.raises(ValueError, match="kind: expected 'triplet' or 'pair'"):
+    with pytest.raises(ValueError, match=r"kind: expected 'triplet' or 'pair', got 'pairs'$"):
+        closure_stream(y, np.arange(4), 4, seed=0, kind="pairs")
+    # Quadruplets are a kind of constraint, but not one closure derives.
+    with pytest.raises(
+        ValueError, match=r"got 'quadruplet' \(quadruplets come from a label hierarchy"
+    ):
         closure_stream(y, np.arange(4), 4, seed=0, kind="quadruplet")
 
 

@@ -1,5 +1,6 @@
 """``oahu make-stream``: write a benchmark constraint stream (docs/algorithms.md) to a file,
-optionally with concept drift (streams/drift.py) and label noise (streams/noise.py)."""
+optionally with concept drift (streams/drift.py) and label noise (streams/noise.py), or a
+quadruplet stream from a label hierarchy (streams/hierarchy.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import textwrap
 from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.streams.drift import DRIFTS, build_drift_stream
 from oahu.streams.groupings import DRIFT_GROUPINGS, GROUPINGS, grouping_for
+from oahu.streams.hierarchy import build_hierarchy_stream
 from oahu.streams.noise import NOISE_MODELS, add_noise
 from oahu.streams.stream_file import KINDS, ConstraintStream, build_stream, write_jsonl
 
@@ -27,7 +29,8 @@ NOISE_HELP: dict[str, str] = {
 #: The drift kinds whose new concept is a grouping of the classes (--grouping).
 GROUPED_DRIFTS: tuple[str, ...] = ("abrupt", "gradual")
 _GROUPING_HELP = (
-    "groupings of the classes (--grouping NAME, abrupt and gradual drift):\n"
+    "groupings of the classes (--grouping NAME, abrupt and gradual drift; also the label\n"
+    "hierarchies of --kind quadruplet, --hierarchy NAME):\n"
     + "\n".join(
         f"  {dataset:<14} "
         + ", ".join(
@@ -39,7 +42,8 @@ _GROUPING_HELP = (
     + textwrap.fill(
         "the default is a drift the class metric does not already imply: on fashion-mnist, "
         "garment raises the default learner's mistake rate no more than a stream without "
-        "drift fluctuates (streams/FORMAT.md)",
+        "drift fluctuates (streams/FORMAT.md). As a label hierarchy (class within group), "
+        "--hierarchy has no default: name one.",
         width=79,
         initial_indent="  ",
         subsequent_indent="  ",
@@ -55,8 +59,13 @@ _DESCRIPTION = (
     "stream of their own, the file records the concept of each constraint, and its labels are "
     "those of the final concept (streams/drift.py). With --noise RHO, round(RHO * N) of the "
     "constraints, chosen by --noise-model with the stream's seed, are made wrong (a triplet's "
-    "positive and negative swapped, a pair's similar flag flipped) after any drift is built; "
-    "the file records which (streams/noise.py)."
+    "positive and negative swapped, a pair's similar flag flipped, a quadruplet (a, b, c, d) "
+    "made (c, d, a, b)) after any drift is built; the file records which (streams/noise.py). "
+    "With --kind quadruplet --hierarchy NAME, the stream is instead N quadruplets (a, b, c, d), "
+    "each saying D(a, b) < D(c, d), from the same development split under a grouping of the "
+    "classes: half say a pair of one class is closer than a pair of one group but different "
+    "classes, half that such a pair is closer than a pair of different groups (seeded draws, no "
+    "closure; streams/hierarchy.py)."
 )
 
 
@@ -79,7 +88,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--kind",
         choices=KINDS,
         default="triplet",
-        help="triplets (OAHU, OASIS) or labelled pairs (LEGO, RDML) (default: triplet)",
+        help="triplets (OAHU, OASIS), labelled pairs (LEGO, RDML) or quadruplets from a label "
+        "hierarchy (needs --hierarchy) (default: triplet)",
+    )
+    p.add_argument(
+        "--hierarchy",
+        default=None,
+        metavar="NAME",
+        help="--kind quadruplet only, and required there: the grouping of the classes (listed "
+        "below) whose groups are the upper level of the label hierarchy the quadruplets rank "
+        "pairs by",
     )
     p.add_argument(
         "--drift",
@@ -117,8 +135,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         metavar="RHO",
         help="make round(RHO * N) constraints wrong, RHO in [0, 1): triplets get positive and "
-        "negative swapped, pairs the similar flag flipped; the file marks them (default: no "
-        "noise)",
+        "negative swapped, pairs the similar flag flipped, quadruplets their two pairs swapped; "
+        "the file marks them (default: no noise)",
     )
     p.add_argument(
         "--noise-model",
@@ -134,7 +152,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="output file: .npz (compact, the format oahu run reads) or .jsonl "
         "(JSON Lines, for interchange)",
     )
-    p.set_defaults(func=run)
+    # None: "not given", so that a quadruplet stream, which has no --protocol, can refuse one
+    # given (triplet and pair streams take the documented default, closure).
+    p.set_defaults(func=run, protocol=None)
 
 
 def _build(args: argparse.Namespace) -> ConstraintStream:
@@ -150,6 +170,9 @@ def _build(args: argparse.Namespace) -> ConstraintStream:
 
 
 def _build_clean(args: argparse.Namespace) -> ConstraintStream:
+    if args.kind == "quadruplet" or args.hierarchy is not None:
+        return _build_hierarchy(args)
+    protocol = args.protocol or "closure"
     if args.drift is None:
         # A drift option without --drift would be silently ignored: refuse it instead.
         for option, value in (
@@ -159,7 +182,7 @@ def _build_clean(args: argparse.Namespace) -> ConstraintStream:
         ):
             if value is not None:
                 raise ValueError(f"{option}: only with --drift, got {value}")
-        return build_stream(args.dataset, args.constraints, args.seed, args.kind, args.protocol)
+        return build_stream(args.dataset, args.constraints, args.seed, args.kind, protocol)
     if args.drift_at is None:
         raise ValueError(f"--drift-at: required with --drift {args.drift}")
     if args.drift == "gradual" and args.drift_width is None:
@@ -179,9 +202,34 @@ def _build_clean(args: argparse.Namespace) -> ConstraintStream:
         args.drift_at,
         0 if args.drift_width is None else args.drift_width,
         args.kind,
-        args.protocol,
+        protocol,
         grouping,
     )
+
+
+def _build_hierarchy(args: argparse.Namespace) -> ConstraintStream:
+    # Checked before the dataset loads.
+    if args.kind != "quadruplet":
+        raise ValueError(
+            f"--hierarchy: only with --kind quadruplet (quadruplets are drawn from a label "
+            f"hierarchy), not with --kind {args.kind}"
+        )
+    if args.hierarchy is None:
+        raise ValueError(
+            "--hierarchy: required with --kind quadruplet; the groupings of "
+            f"{args.dataset}'s classes are {', '.join(GROUPINGS.get(args.dataset, {}))}"
+        )
+    for option, value, why in (
+        ("--drift", args.drift, "drifting streams are triplet or pair streams"),
+        ("--drift-at", args.drift_at, "only with --drift"),
+        ("--drift-width", args.drift_width, "only with --drift"),
+        ("--grouping", args.grouping, "the hierarchy is --hierarchy"),
+        ("--protocol", args.protocol, "quadruplets are all drawn, there is no closure"),
+    ):
+        if value is not None:
+            raise ValueError(f"{option}: not with --kind quadruplet ({why}), got {value}")
+    grouping = grouping_for(args.dataset, args.hierarchy)
+    return build_hierarchy_stream(args.dataset, args.constraints, args.seed, grouping)
 
 
 def _describe_drift(stream: ConstraintStream) -> str:
@@ -193,6 +241,16 @@ def _describe_drift(stream: ConstraintStream) -> str:
     return (
         f"; {drift['kind']} drift at constraint {drift['at']}{width}, {old} -> {new} "
         f"({int(stream.concepts.sum())} constraints of the new concept)"
+    )
+
+
+def _describe_hierarchy(stream: ConstraintStream) -> str:
+    mix = stream.meta.get("mix")
+    if stream.meta.get("protocol") != "hierarchy" or mix is None:
+        return ""
+    return (
+        f"; hierarchy {stream.meta['hierarchy']}: {mix['fine']} fine (same class < same group), "
+        f"{mix['coarse']} coarse (same group < different groups)"
     )
 
 
@@ -216,6 +274,7 @@ def run(args: argparse.Namespace) -> int:
         f"wrote {len(stream)} {stream.kind} constraints over {stream.n_items} {args.dataset} "
         f"items ({len(stream.dev_idx)} development, {len(stream.test_idx)} test) to {args.out}"
         + _describe_drift(stream)
+        + _describe_hierarchy(stream)
         + _describe_noise(stream)
     )
     return 0
