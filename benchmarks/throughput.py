@@ -1,5 +1,5 @@
-"""OAHU training throughput at d = 784: oahu's default learner beside the paper's, strict and
-micro-batch modes, in one run.
+"""OAHU training throughput at d = 784: oahu's default learner beside the paper's (and beside
+its self-paced and quadruplet modes), strict and micro-batch, in one run.
 
 Learns a Fashion-MNIST triplet stream (the paper's protocol) through the same path ``oahu replay``
 uses, several times per configuration (interleaved, so that both see the same machine), and
@@ -8,11 +8,17 @@ average is recorded beside each figure: on a shared 2-core machine other process
 
     python benchmarks/throughput.py                       # CPU, strict and B = 256
     python benchmarks/throughput.py --device cuda         # on a GPU
+    python benchmarks/throughput.py --variants default self-paced quadruplet --batch-sizes 1 \
+        --out benchmarks/results/throughput-modes.json
+
+The ``quadruplet`` variant learns the same stream with every triplet (a, p, n) sent as the
+quadruplet (a, p, a, n): the same constraints through the quadruplet path, one more row each.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -21,26 +27,44 @@ from pathlib import Path
 
 import torch
 
+from oahu.constraint_kinds import triplet_as_quadruplet
 from oahu.oahu_learner import OAHU
 from oahu.stream_replay import replay
-from oahu.streams.stream_file import build_stream
+from oahu.streams.stream_file import ConstraintStream, build_stream
 
 RESULTS = Path(__file__).resolve().parent / "results"
+# name -> (OAHU's constructor parameters, the stream's kind)
+VARIANTS: dict[str, tuple[dict, str]] = {
+    "default": ({}, "triplet"),
+    "paper": ({"preset": "paper"}, "triplet"),
+    "self-paced": ({"self_paced": True}, "triplet"),
+    "quadruplet": ({}, "quadruplet"),
+}
 
 
-def rate(stream, batch_size: int, device: str, preset: str | None) -> float:
-    learner = OAHU(stream.n_features, preset=preset, batch_size=batch_size, device=device)
+def as_quadruplets(stream: ConstraintStream) -> ConstraintStream:
+    """The same stream with each triplet (a, p, n) as the quadruplet (a, p, a, n)."""
+    return dataclasses.replace(
+        stream, kind="quadruplet", constraints=triplet_as_quadruplet(stream.constraints)
+    )
+
+
+def rate(stream, batch_size: int, device: str, variant: str) -> float:
+    params, kind = VARIANTS[variant]
+    learner = OAHU(stream.n_features, batch_size=batch_size, device=device, **params)
     learner.prepare(stream.X[stream.dev_idx])
-    return replay(learner, stream).constraints_per_s
+    return replay(
+        learner, as_quadruplets(stream) if kind == "quadruplet" else stream
+    ).constraints_per_s
 
 
 def measure(stream, batch_size: int, device: str, repeats: int, presets: list[str]) -> dict:
-    """Per preset ("default" = no preset), the rates of ``repeats`` runs, taken in turns."""
+    """Per variant, the rates of ``repeats`` runs, taken in turns."""
     runs: dict[str, list[float]] = {name: [] for name in presets}
     loads = []
     for _ in range(repeats):
         for name in presets:
-            runs[name].append(rate(stream, batch_size, device, None if name == "default" else name))
+            runs[name].append(rate(stream, batch_size, device, name))
             loads.append(os.getloadavg()[0])
     out = {
         "batch_size": batch_size,
@@ -52,6 +76,9 @@ def measure(stream, batch_size: int, device: str, repeats: int, presets: list[st
     }
     if {"default", "paper"} <= set(presets):
         out["ratio_default_to_paper"] = out["default"]["median"] / out["paper"]["median"]
+    for name in set(presets) - {"default", "paper"}:
+        if "default" in presets:
+            out[f"ratio_{name}_to_default"] = out[name]["median"] / out["default"]["median"]
     return out
 
 
@@ -63,10 +90,15 @@ def main() -> None:
     parser.add_argument("--constraints", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 256])
-    parser.add_argument("--presets", nargs="+", default=["default", "paper"])
+    parser.add_argument(
+        "--variants", nargs="+", default=["default", "paper"], choices=list(VARIANTS)
+    )
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: results/throughput-DEVICE.json"
+    )
     args = parser.parse_args()
     stream = build_stream("fashion-mnist", args.constraints, seed=0)
-    modes = [measure(stream, b, args.device, args.repeats, args.presets) for b in args.batch_sizes]
+    modes = [measure(stream, b, args.device, args.repeats, args.variants) for b in args.batch_sizes]
     record = {
         "device": args.device,
         "device_name": torch.cuda.get_device_name()
@@ -74,22 +106,25 @@ def main() -> None:
         else platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
         "torch": torch.__version__,
-        "presets": args.presets,
+        "presets": args.variants,
         "constraints": args.constraints,
         "modes": modes,
     }
     RESULTS.mkdir(exist_ok=True)
-    out = RESULTS / f"throughput-{args.device.replace(':', '')}.json"
+    out = args.out or RESULTS / f"throughput-{args.device.replace(':', '')}.json"
     out.write_text(json.dumps(record, indent=1))
     for m in modes:
         cells = "  ".join(
             f"{name}: median {m[name]['median']:7.0f} (best {m[name]['best']:7.0f})"
-            for name in args.presets
+            for name in args.variants
         )
-        ratio = m.get("ratio_default_to_paper")
+        ratios = "".join(
+            f"  {key[len('ratio_') :].replace('_to_', '/')} {value:.2f}"
+            for key, value in m.items()
+            if key.startswith("ratio_")
+        )
         print(
-            f"B={m['batch_size']:<4} {cells} triplets/s"
-            + (f"  default/paper {ratio:.2f}" if ratio else "")
+            f"B={m['batch_size']:<4} {cells} constraints/s{ratios}"
             + f"  (load average {m['load_average'][0]:.1f}-{m['load_average'][1]:.1f})"
         )
 

@@ -105,6 +105,18 @@ class OAHUConfig:
     drift_adaptation: str = "alpha+step+memory"
     drift_step_boost: float = 5.0
     drift_boost_span: int = 2000
+    # Self-paced learning (ours, after LEAP; docs/algorithms.md "Self-paced learning",
+    # oahu/self_paced.py): learn a new constraint only when its loss is below λ, or, within its
+    # cluster of recent hard constraints, below λ + γ(√i − √(i−1)) for its rank i; λ = λ0·β^r and
+    # γ = γ0·β^r after r rounds of ``pace_round`` constraints; ``pace_clusters`` clusters of
+    # river's online k-means. Off by default: it makes no difference on clean streams, and the
+    # default learner loses little on noisy ones (benchmarks/README.md, "Label noise").
+    self_paced: bool = False
+    pace_start: float = 0.05
+    pace_diversity: float = 0.05
+    pace_growth: float = 1.1
+    pace_round: int = 1000
+    pace_clusters: int = 8
     # BLAS threads for learning steps on the CPU (0: the libraries' own setting). One by
     # default: a step's matrices are small, and the fork/join of every parallel region stalls
     # when another process holds a core (oahu/threads.py).
@@ -118,12 +130,18 @@ class OAHUConfig:
         _check_int(self, "embedding_dim", 0)
         for field in ("replay", "mined", "mining_candidates"):
             _check_int(self, field, 0)
-        for field in ("replay_memory", "item_memory", "prequential_window"):
+        for field in ("replay_memory", "item_memory", "prequential_window", "pace_round"):
             _check_int(self, field, 1)
         _check_int(self, "graph_memory", max(self.item_memory, 3))
         _check_int(self, "batch_size", 1)
         _check_int(self, "seed", 0)
         _check_int(self, "cpu_threads", 0)
+        _check_int(self, "pace_clusters", 1)
+        for field in ("pace_start", "pace_diversity"):
+            if not (isinstance(getattr(self, field), (int, float)) and getattr(self, field) >= 0):
+                raise ValueError(f"{field}: must be a number >= 0, got {getattr(self, field)!r}")
+        if not (isinstance(self.pace_growth, (int, float)) and self.pace_growth >= 1.0):
+            raise ValueError(f"pace_growth: must be a number >= 1, got {self.pace_growth!r}")
         if not 0.0 < self.beta < 1.0:
             raise ValueError(f"beta: must be in (0, 1), got {self.beta}")
         if not 0.0 <= self.smoothing < 1.0:
@@ -146,8 +164,9 @@ class OAHUConfig:
         _check_choice(self, "loss", ("margin", "abtl"))
         _check_choice(self, "hedge_signal", ("mistakes", "loss"))
         _check_choice(self, "depth_weighting", ("uniform", "alpha"))
-        if not isinstance(self.residual_heads, bool):
-            raise ValueError(f"residual_heads: must be true or false, got {self.residual_heads!r}")
+        for flag in ("residual_heads", "self_paced"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"{flag}: must be true or false, got {getattr(self, flag)!r}")
         if self.init not in ("kaiming", "orthogonal"):
             raise ValueError(f"init: must be 'kaiming' or 'orthogonal', got {self.init!r}")
         parse_preprocess(self.preprocess)

@@ -45,6 +45,7 @@ from oahu.loss import abtl_with_gradients, margin_with_gradients
 from oahu.network import MultiDepthNetwork
 from oahu.prequential import PrequentialAccuracy
 from oahu.replay_memory import ReplayReservoir
+from oahu.self_paced import SelfPacedSelector
 from oahu.threads import blas_threads
 
 SKIP_NON_FINITE_LOSS = "non_finite_loss"
@@ -53,6 +54,9 @@ _DIST_EPS = 1e-12
 # Seed tags: the network draws from torch's generator seeded with ``seed``; replay and mining draw
 # from a numpy generator seeded with [seed, _MEMORY_SEED], independent of it.
 _MEMORY_SEED = 0x4D45
+# Self-paced learning clusters constraints by this many leading coordinates of their first item's
+# depth-0 embedding (E0 starts as the principal axes: the leading ones carry most of the spread).
+_PACE_COORDINATES = 8
 
 
 class OAHU(Learner):
@@ -115,6 +119,15 @@ class OAHU(Learner):
                 "Constraints that contradicted what earlier ones revealed (not applied to the "
                 "graph).",
             ),
+            Diagnostic(
+                "self_paced_held_back",
+                "New constraints self-paced learning held back as too hard (not learned; 0 "
+                "when self_paced is off).",
+            ),
+            Diagnostic(
+                "self_paced_threshold",
+                "Self-paced learning's loss threshold lambda now (0 when self_paced is off).",
+            ),
         ),
     )
     metric = "l2"
@@ -153,6 +166,7 @@ class OAHU(Learner):
         self._decay_origin = 0  # t when the decay (re)started: 0, or the latest adapted drift
         self._learning_rate = self.config.learning_rate
         self._mistakes = self._last_losses  # the hedge's signal, set by each update
+        self._pacer = self._new_pacer() if self.config.self_paced else None
 
     # ---------------------------------------------------------------- interface
     @property
@@ -192,6 +206,8 @@ class OAHU(Learner):
             "learning_rate": float(self._learning_rate),
             "graph_components": float(self._graph.n_components),
             "graph_contradictions": float(self._graph.contradictions),
+            "self_paced_held_back": float(self._pacer.held_back if self._pacer else 0),
+            "self_paced_threshold": float(self._pacer.thresholds()[0] if self._pacer else 0.0),
         }
 
     def _embed(self, arr: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:
@@ -295,6 +311,18 @@ class OAHU(Learner):
             self._replay_quadruplets = None
             self._graph = self._new_graph()
 
+    def _new_pacer(self) -> SelfPacedSelector:
+        c = self.config
+        return SelfPacedSelector(
+            c.pace_start,
+            c.pace_diversity,
+            c.pace_growth,
+            c.pace_round,
+            c.pace_clusters,
+            min(_PACE_COORDINATES, self.network.embedding_dim),
+            c.seed,
+        )
+
     def _new_graph(self) -> ConstraintGraph:
         return ConstraintGraph(
             self.config.item_memory,
@@ -368,6 +396,14 @@ class OAHU(Learner):
             # now, the update goes on without them rather than retrying.
             return self._step_finite_only(block, self._as_numpy(finite[:n_new]))
         self._record_prequential(d_pos[:, :n_new], d_neg[:, :n_new])
+        kept = None
+        if self._pacer is not None:
+            kept = self._pace(loss, f, n_new)
+            if not kept.all():  # the held-back constraints leave the step: no loss, no gradient
+                mask = np.ones(n_rows, dtype=np.float32)
+                mask[:n_new] = kept
+                mask = mask if self._on_host else torch.from_numpy(mask).to(self.device)
+                loss, g_pos, g_neg = loss * mask, g_pos * mask, g_neg * mask
         self._learning_rate = self._step_size()
         # With the margin loss most triplets are inactive (zero loss, zero gradient); when all of
         # them are, there is nothing to step (the paper's ABTL is never all zero).
@@ -397,7 +433,7 @@ class OAHU(Learner):
             )
         self.updates += 1
         self._learned += n_new
-        self._remember(new, f, slots)
+        self._remember(new, f, slots, kept)
         if self._drift_pending:
             self._adapt_to_drift()
         return self._as_numpy((new_loss > 0).any(0))
@@ -420,19 +456,35 @@ class OAHU(Learner):
         ):
             self._drift_pending = self._adaptation != ()
 
-    def _remember(self, block: np.ndarray, f: Any, slots: np.ndarray) -> None:
+    def _pace(self, loss: Any, f: Any, n_new: int) -> np.ndarray:
+        """Which of the new constraints self-paced learning lets the step learn: each one's loss
+        as the step weighs the depths, and where its first item sits in depth 0."""
+        per_depth = loss[:, :n_new]
+        if self.config.depth_weighting == "alpha":
+            combined = (self._alpha[:, None] * per_depth).sum(0)
+        else:
+            combined = per_depth.mean(0)
+        positions = self._as_numpy(f[0, 0, :n_new])
+        return self._pacer.select(np.asarray(self._as_numpy(combined), np.float64), positions)
+
+    def _remember(
+        self, block: np.ndarray, f: Any, slots: np.ndarray, kept: np.ndarray | None = None
+    ) -> None:
         """Keep the new constraints for replay and, triplets, for mining, with this step's
         embeddings (L+1, n_roles, T, E) of them, and refresh the cached embeddings of the mined
         ones (the last rows). Quadruplets reveal no classes, so the graph learns nothing from
         them."""
         n_roles = block.shape[1]
-        if self.config.replay:
+        if kept is not None and not kept.all():  # held back: kept out of the memories too
+            block = block[kept]
+        if self.config.replay and len(block):
             self._replay_for(n_roles).add(block)
         if not self.config.mined:
             return
         embeddings = self._as_numpy(f)
         if n_roles == 3:
-            self._graph.observe(block, embeddings[:, :, : len(block)])
+            fresh = embeddings[:, :, : len(kept) if kept is not None else len(block)]
+            self._graph.observe(block, fresh if kept is None else fresh[:, :, kept])
         else:  # the mined triplets sat in the step as (a, p, a, n)
             embeddings = embeddings[:, [0, 1, 3]]
         mined = embeddings[:, :, embeddings.shape[2] - len(slots) :]  # (L+1, 3, q, E)
@@ -463,6 +515,7 @@ class OAHU(Learner):
             "graph": self._graph.get_state(),
             "prequential": self.prequential.get_state(),
             "decay_origin": self._decay_origin,
+            "self_paced": None if self._pacer is None else self._pacer.get_state(),
         }
 
     def _query_state(self) -> dict[str, Any]:
@@ -499,6 +552,8 @@ class OAHU(Learner):
             self._graph.set_state(state["graph"])
         if "prequential" in state:
             self.prequential.set_state(state["prequential"])
+        if self._pacer is not None and state.get("self_paced") is not None:
+            self._pacer.set_state(state["self_paced"])
 
 
 def _rng_state(rng: np.random.Generator) -> dict[str, Any]:

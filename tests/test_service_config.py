@@ -89,6 +89,14 @@ def test_a_preset_from_flag_or_env_reaches_the_learner_arguments():
     assert flag.learner_arguments() == {"seed": 3, "preset": "paper"}
 
 
+def test_self_paced_flag_reaches_oahu_and_only_oahu():
+    flag = resolve_config(parse(["--self-paced"]), environ={})
+    env = resolve_config(parse([]), environ={"OAHU_SELF_PACED": "true"})
+    assert flag.learner_arguments() == env.learner_arguments() == {"self_paced": True}
+    with pytest.raises(ValueError, match="self_paced: only OAHU learns self-paced, not 'lego'"):
+        ServiceConfig(learner="lego", self_paced=True)
+
+
 def test_bad_values_from_env_and_files_name_the_setting(tmp_path: Path):
     with pytest.raises(ValueError, match="checkpoint_every: expected int, got 'many'"):
         read_env({"OAHU_CHECKPOINT_EVERY": "many"})

@@ -86,6 +86,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="OAHU only: triplets per update; 1 is the paper's strict Algorithm 1 (default: 1)",
     )
     p.add_argument(
+        "--self-paced",
+        action="store_true",
+        default=None,
+        help="OAHU only: self-paced learning (after LEAP): hold back new constraints too hard for "
+        "the model yet, admitting harder ones as the stream goes (the JSON's diagnostics count "
+        "them: self_paced_held_back)",
+    )
+    p.add_argument(
         "--set",
         action="append",
         default=[],
@@ -131,10 +139,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def learner_params(args: argparse.Namespace) -> dict[str, Any]:
     """The learner's constructor parameters: ``--set`` values, the flags for OAHU's common ones
-    (``--preset``, ``--device``, ``--batch-size``) and ``--seed`` for a learner with a seed."""
+    (``--preset``, ``--device``, ``--batch-size``, ``--self-paced``) and ``--seed`` for a
+    learner with a seed."""
     params = parse_settings(args.set, "--set")
     names = learner_class(args.learner).param_names()
-    shortcuts = {"preset": args.preset, "device": args.device, "batch_size": args.batch_size}
+    shortcuts = {
+        "preset": args.preset,
+        "device": args.device,
+        "batch_size": args.batch_size,
+        "self_paced": args.self_paced,
+    }
     for key, value in shortcuts.items():
         if value is None:
             continue

@@ -66,6 +66,12 @@ class ServiceConfig:
         "collapse); default: oahu's own learner",
         "NAME",
     )
+    self_paced: bool = _opt(
+        False,
+        "OAHU only: self-paced learning (after LEAP): hold back new constraints that are too hard "
+        "for the model yet, admitting harder ones as the stream goes; counted in "
+        "oahu_self_paced_held_back",
+    )
     learner_params: dict[str, Any] = field(
         default_factory=dict,
         metadata=_meta("learner constructor parameter (repeatable), e.g. batch_size=1"),
@@ -156,6 +162,8 @@ class ServiceConfig:
             raise ValueError(
                 f"learner: unknown name {self.learner!r}; choose one of {', '.join(LEARNER_NAMES)}"
             )
+        if self.self_paced and self.learner != "oahu":
+            raise ValueError(f"self_paced: only OAHU learns self-paced, not {self.learner!r}")
         if self.preset is not None:
             from oahu.config import PRESETS
 
@@ -188,9 +196,11 @@ class ServiceConfig:
 
     # ------------------------------------------------------------------ views
     def learner_arguments(self) -> dict[str, Any]:
-        """The learner's constructor arguments: ``--learner-param`` settings and ``--preset``."""
+        """The learner's constructor arguments: ``--learner-param`` settings, ``--preset`` and
+        ``--self-paced``."""
         preset = {} if self.preset is None else {"preset": self.preset}
-        return {**self.learner_params, **preset}
+        paced = {"self_paced": True} if self.self_paced else {}
+        return {**self.learner_params, **preset, **paced}
 
     @property
     def is_kafka(self) -> bool:
