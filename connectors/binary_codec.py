@@ -3,6 +3,11 @@
 A 16-byte little-endian header, then an optional float64 timestamp, optional int64 labels and
 the items as int64 ids or float32 vectors. Decoding is ``np.frombuffer`` with a structured
 dtype per layout, so a run of same-layout messages decodes in one vectorised step.
+
+Kind codes are assigned once and never reused: 1 triplet, 2 pair, 3 quadruplet. A new kind takes
+the next free code within version 1 (the header and the field order are unchanged, only the
+number of items differs), so a reader that predates it refuses it as ``bad_kind`` and reads
+every other message as before.
 """
 
 from __future__ import annotations
@@ -26,8 +31,12 @@ MAGIC = b"OA"
 VERSION = 1
 # magic, version, kind, flags, similar, reserved (2), dim, reserved (4)
 HEADER = struct.Struct("<2sBBBB2sI4s")
-KIND_CODES = {"triplet": 1, "pair": 2}
+# Spelled out rather than derived from the order of CONSTRAINT_KINDS: codes are on the wire for
+# good (tests/test_connectors_quadruplets.py checks every kind has one).
+KIND_CODES = {"triplet": 1, "pair": 2, "quadruplet": 3}
 KIND_NAMES = {code: kind for kind, code in KIND_CODES.items()}
+# What a bad_kind error says was expected: "1 (triplet), 2 (pair), 3 (quadruplet)".
+_CODES_EXPECTED = ", ".join(f"{code} ({kind})" for kind, code in KIND_CODES.items())
 FLAG_INLINE = 0x01  # items are float32 vectors (else int64 ids)
 FLAG_LABELS = 0x02  # one int64 label per item follows the timestamp
 FLAG_TS = 0x04  # a float64 timestamp follows the header
@@ -85,6 +94,14 @@ def parse_header(buf: bytes) -> BinaryLayout:
 
     Magic and version (bytes 0-2) are the only bytes every future version keeps in place, so
     they are checked first and an unknown version is reported as such.
+
+    >>> parse_header(encode_binary(Constraint("quadruplet", ids=("1", "2", "1", "3")))).size
+    48
+    >>> try:
+    ...     parse_header(MAGIC + bytes([VERSION, 9]) + bytes(12))  # kind code 9
+    ... except DecodeError as e:
+    ...     print(e)
+    bad_kind: kind code 9, expected one of 1 (triplet), 2 (pair), 3 (quadruplet)
     """
     if len(buf) < 3 or buf[:2] != MAGIC:
         raise DecodeError("undecodable", "not a binary constraint message (bad magic)")
@@ -95,7 +112,7 @@ def parse_header(buf: bytes) -> BinaryLayout:
     _, _, kind_code, flags, _, reserved2, dim, reserved4 = HEADER.unpack_from(buf)
     kind = KIND_NAMES.get(kind_code)
     if kind is None:
-        raise DecodeError("bad_kind", f"kind code {kind_code}, expected 1 (triplet) or 2 (pair)")
+        raise DecodeError("bad_kind", f"kind code {kind_code}, expected one of {_CODES_EXPECTED}")
     if flags & ~_KNOWN_FLAGS or reserved2 != _ZERO2 or reserved4 != _ZERO4:
         raise DecodeError("undecodable", f"unknown flags {flags:#04x} or non-zero reserved bytes")
     inline = bool(flags & FLAG_INLINE)

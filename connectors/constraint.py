@@ -1,8 +1,11 @@
 """What a constraint message decodes to, and the one error every decoding failure raises.
 
-A constraint is a triplet (anchor, positive, negative) or a labelled pair (left, right, similar).
-Its items are either all referenced by id (resolved later against an ``ItemStore``) or all
-carried inline as float32 vectors; the wire formats are described in ``connectors/MESSAGES.md``.
+A constraint is one of the kinds of :mod:`oahu.constraint_kinds`: a triplet (anchor, positive,
+negative), a labelled pair (left, right, similar) or a quadruplet (a, b, c, d), which says
+D(a, b) < D(c, d). Its items are either all referenced by id (resolved later against an
+``ItemStore``) or all carried inline as float32 vectors; the wire formats are described in
+``connectors/MESSAGES.md``. Decoding a kind is the codecs' business; learning it is the learner's,
+and a service whose learner does not learn a kind dead-letters it as ``unsupported_kind``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ MISSING_LABEL = INT64_MIN
 REASONS = (
     "undecodable",  # not a message of any known format, malformed structure or truncated
     "unknown_version",  # a format version this code does not speak
-    "bad_kind",  # a kind other than "triplet" or "pair"
+    "bad_kind",  # a kind the codecs do not know (not one of CONSTRAINT_KINDS)
     "bad_dimension",  # empty, ragged or wrong-sized feature vectors
     "non_finite",  # NaN or infinity in a feature vector
     "unknown_item",  # an item id the item store does not hold
@@ -77,6 +80,8 @@ class Constraint:
     (('anchor', 'positive', 'negative'), 3, True)
     >>> Constraint("pair", x=np.zeros((2, 4), np.float32), similar=True).dim
     4
+    >>> Constraint("quadruplet", ids=("1", "2", "3", "4")).roles
+    ('a', 'b', 'c', 'd')
     """
 
     kind: str
@@ -125,7 +130,8 @@ class ConstraintBatch:
 
     ``index`` gives each row's position in the decoded input, so errors and offsets can be
     matched back. ``ids`` has shape (n, n_items) — int64 from the binary format, str from JSON —
-    or ``x`` has shape (n, n_items, dim) float32. ``labels`` is int64 (n, n_items) with
+    or ``x`` has shape (n, n_items, dim) float32; n_items is 3 for triplets, 2 for pairs and 4
+    for quadruplets, items in the order of ``ROLES[kind]``. ``labels`` is int64 (n, n_items) with
     ``MISSING_LABEL`` for absent labels; ``similar`` (n,) bool for pairs; ``ts`` (n,) float64.
 
     >>> b = ConstraintBatch("pair", index=np.arange(2), ids=np.array([[1, 2], [3, 4]]),

@@ -6,7 +6,11 @@ Three kinds of file:
 * a JSON Lines stream (``oahu.streams.stream_file.write_jsonl``: header, item and constraint
   records), read incrementally;
 * any other text file: one constraint message (``connectors/MESSAGES.md``) per non-blank line,
-  e.g. JSON messages written by another tool or replayed from dead letters.
+  of any kind (quadruplets too), e.g. JSON messages written by another tool or replayed from
+  dead letters.
+
+Every kind reads the same way: a stream file of quadruplets (label-hierarchy streams,
+``streams/FORMAT.md``) yields binary quadruplet messages, one per constraint.
 
 Records come as binary messages with items by id (the stream's item indices), so the service
 decodes files and Kafka the same way; the offset of a record is its constraint index. A stream

@@ -1,12 +1,18 @@
 """The JSON constraint encoding (format version 1; schema in ``MESSAGES.md``).
 
 The interchange format: readable, easy to produce from any language, and the one the HTTP API
-and JSON Lines stream files speak. Every item is an object with either ``"id"`` or ``"x"``::
+and JSON Lines stream files speak. Items are keyed by their role (``ROLES[kind]``), each an
+object with either ``"id"`` or ``"x"``::
 
     {"v": 1, "kind": "triplet", "anchor": {"id": "17", "label": 3},
      "positive": {"id": "4"}, "negative": {"id": "90"}, "ts": 1718000000.25}
     {"v": 1, "kind": "pair", "left": {"x": [0.1, 0.2]}, "right": {"x": [0.3, 0.1]},
      "similar": false}
+    {"v": 1, "kind": "quadruplet", "a": {"id": "17"}, "b": {"id": "4"},
+     "c": {"id": "17"}, "d": {"id": "90"}}
+
+A kind is added within version 1 (the quadruplet was): a reader that predates it refuses such a
+message as ``bad_kind`` rather than misreading it, and reads every other message as before.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import numpy as np
 from oahu.connectors.constraint import INT64_MAX, MISSING_LABEL, ROLES, Constraint, DecodeError
 
 VERSION = 1
+# What a bad_kind error says was expected: every kind this reader knows, named as on the wire.
+_KINDS_EXPECTED = ", ".join(repr(kind) for kind in ROLES)
 
 
 def encode_json(c: Constraint) -> bytes:
@@ -27,6 +35,8 @@ def encode_json(c: Constraint) -> bytes:
 
     >>> encode_json(Constraint("pair", ids=("1", "2"), similar=True))
     b'{"v":1,"kind":"pair","left":{"id":"1"},"right":{"id":"2"},"similar":true}'
+    >>> encode_json(Constraint("quadruplet", ids=("1", "2", "1", "3")))
+    b'{"v":1,"kind":"quadruplet","a":{"id":"1"},"b":{"id":"2"},"c":{"id":"1"},"d":{"id":"3"}}'
     """
     msg: dict[str, Any] = {"v": VERSION, "kind": c.kind}
     for i, role in enumerate(c.roles):
@@ -66,6 +76,16 @@ def _finite_seconds(v: object) -> bool:
         return False
 
 
+def _brief(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for an error's detail; never raises (a value
+    nested about as deeply as JSON allows may be too deep to repr)."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):
+        return f"a {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _parse_object(buf: bytes) -> dict[str, Any]:
     try:
         msg = json.loads(buf)
@@ -99,19 +119,34 @@ def _parse_vectors(items: list[dict[str, Any]], roles: tuple[str, ...]) -> np.nd
 
 
 def decode_json(buf: bytes) -> Constraint:
-    """Decode one JSON message; raises ``DecodeError``. Unknown top-level keys are ignored."""
+    """Decode one JSON message; raises ``DecodeError``. Unknown top-level keys are ignored
+    (so are the roles of other kinds: a quadruplet's fifth key is metadata, not an item).
+
+    >>> decode_json(b'{"v":1,"kind":"quadruplet","a":{"id":1},"b":{"id":2},'
+    ...             b'"c":{"id":1},"d":{"id":3}}').ids
+    ('1', '2', '1', '3')
+    >>> try:
+    ...     decode_json(b'{"v":1,"kind":"quadruplet","a":{"id":1},"b":{"id":2},"c":{"id":1}}')
+    ... except DecodeError as e:
+    ...     print(e.reason, e.detail)
+    undecodable d: expected an object with 'id' or 'x' (quadruplet items: a, b, c, d), got None
+    """
     msg = _parse_object(buf)
     version = msg.get("v")
     if not _is_int(version) or version != VERSION:
         raise DecodeError("unknown_version", f"v={version!r}, expected {VERSION}")
     kind = msg.get("kind")
     if not isinstance(kind, str) or kind not in ROLES:
-        raise DecodeError("bad_kind", f"kind={kind!r}, expected 'triplet' or 'pair'")
+        raise DecodeError("bad_kind", f"kind={kind!r}, expected one of {_KINDS_EXPECTED}")
     roles = ROLES[kind]
     items = [msg.get(role) for role in roles]
     for role, item in zip(roles, items, strict=True):
         if not isinstance(item, dict) or ("id" in item) == ("x" in item):
-            raise DecodeError("undecodable", f"{role}: expected an object with 'id' or 'x'")
+            raise DecodeError(
+                "undecodable",
+                f"{role}: expected an object with 'id' or 'x' ({kind} items: "
+                f"{', '.join(roles)}), got {_brief(item)}",
+            )
     if len({"id" in item for item in items}) != 1:  # type: ignore[operator]
         raise DecodeError("undecodable", "items mix ids and inline vectors")
     ids = x = None

@@ -206,10 +206,13 @@ def encode_constraints(
     fmt: str = "binary",
 ) -> list[bytes]:
     """One message per row, in order: items by (integer) ``ids`` (n, n_items) or inline ``x``
-    (n, n_items, dim); ``similar`` (n,) for pairs; ``fmt`` "binary" or "json".
+    (n, n_items, dim), n_items 3, 2 or 4 for a triplet, pair or quadruplet; ``similar`` (n,)
+    for pairs; ``fmt`` "binary" or "json".
 
     >>> encode_constraints("pair", ids=np.array([[4, 2]]), similar=np.array([True]), fmt="json")
     [b'{"v":1,"kind":"pair","left":{"id":"4"},"right":{"id":"2"},"similar":true}']
+    >>> [len(m) for m in encode_constraints("quadruplet", ids=np.array([[4, 2, 4, 9]] * 2))]
+    [48, 48]
     """
     if fmt not in ("binary", "json"):
         raise ValueError(f"fmt: 'binary' or 'json', got {fmt!r}")

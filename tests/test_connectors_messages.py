@@ -7,9 +7,11 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oahu.connectors.binary_codec import encode_binary_batch
-from oahu.connectors.constraint import MISSING_LABEL
+from oahu.connectors.constraint import CONSTRAINT_KINDS, MISSING_LABEL, ROLES
 from oahu.connectors.messages import (
     Constraint,
     ConstraintBatch,
@@ -25,12 +27,12 @@ ENCODERS = {"json": encode_json, "binary": encode_binary}
 
 def make_constraint(kind: str, by_id: bool, extras: bool, seed: int = 0) -> Constraint:
     rng = np.random.default_rng(seed)
-    k = 3 if kind == "triplet" else 2
+    k = len(ROLES[kind])
     return Constraint(
         kind,
         ids=tuple(str(i) for i in rng.integers(0, 10**12, k)) if by_id else None,
         x=None if by_id else rng.normal(size=(k, 5)).astype(np.float32),
-        labels=(7, None, -3)[:k] if extras else None,
+        labels=(7, None, -3, 0)[:k] if extras else None,
         similar=bool(seed % 2) if kind == "pair" else None,
         ts=1718000000.125 if extras else None,
     )
@@ -47,12 +49,54 @@ def assert_same(a: Constraint, b: Constraint) -> None:
 
 @pytest.mark.parametrize(
     "fmt, kind, by_id, extras",
-    list(itertools.product(ENCODERS, ("triplet", "pair"), (True, False), (True, False))),
+    list(itertools.product(ENCODERS, CONSTRAINT_KINDS, (True, False), (True, False))),
 )
 def test_round_trip(fmt: str, kind: str, by_id: bool, extras: bool) -> None:
     for seed in range(3):
         c = make_constraint(kind, by_id, extras, seed)
         assert_same(c, decode(ENCODERS[fmt](c)))
+
+
+LABELS = st.none() | st.integers(MISSING_LABEL + 1, 2**63 - 1)
+
+
+@st.composite
+def constraints(draw: st.DrawFn) -> Constraint:
+    """Any valid constraint of any kind: ids or float32 vectors, optional labels and ts."""
+    kind = draw(st.sampled_from(CONSTRAINT_KINDS))
+    k = len(ROLES[kind])
+    if draw(st.booleans()):
+        int64 = st.integers(-(2**63), 2**63 - 1)
+        ids, x = tuple(str(i) for i in draw(st.lists(int64, min_size=k, max_size=k))), None
+    else:
+        dim = draw(st.integers(1, 6))
+        values = st.floats(width=32, allow_nan=False, allow_infinity=False)
+        x = np.array(draw(st.lists(values, min_size=k * dim, max_size=k * dim)), np.float32)
+        ids, x = None, x.reshape(k, dim)
+    labels = draw(st.none() | st.tuples(*[LABELS] * k))
+    return Constraint(
+        kind,
+        ids=ids,
+        x=x,
+        labels=None if labels is None or all(v is None for v in labels) else labels,
+        similar=draw(st.booleans()) if kind == "pair" else None,
+        ts=draw(st.none() | st.floats(allow_nan=False, allow_infinity=False)),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(constraints(), min_size=1, max_size=6), st.sampled_from(list(ENCODERS)))
+def test_any_constraint_of_any_kind_round_trips(cs: list[Constraint], fmt: str) -> None:
+    """Every kind, one message at a time and as a batch (mixed kinds split into runs)."""
+    messages = [ENCODERS[fmt](c) for c in cs]
+    for c, message in zip(cs, messages, strict=True):
+        assert_same(c, decode(message))
+    out = decode_batch(messages)
+    assert not out.errors
+    rows = {int(i): b.row(r) for b in out.batches for r, i in enumerate(b.index)}
+    assert sorted(rows) == list(range(len(cs)))
+    for i, c in enumerate(cs):
+        assert_same(c, rows[i])
 
 
 def test_binary_layout_is_exactly_as_documented() -> None:
@@ -143,7 +187,8 @@ BAD_MESSAGES = {
         b'{"v":true,"kind":"pair","left":{"id":"1"},"right":{"id":"2"},"similar":true}',
     ],
     "bad_kind": [
-        header(kind=3) + IDS3,
+        header(kind=4) + IDS3,  # the next free code (1 triplet, 2 pair, 3 quadruplet)
+        header(kind=255) + IDS3,
         header(kind=0) + IDS3,
         b'{"v":1,"kind":"quad","left":{"id":"1"},"right":{"id":"2"},"similar":true}',
         b'{"v":1,"left":{"id":"1"},"right":{"id":"2"},"similar":true}',

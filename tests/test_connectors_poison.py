@@ -18,12 +18,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from oahu.connectors.binary_codec import HEADER
-from oahu.connectors.constraint import REASONS, Constraint, DecodeError
+from oahu.connectors.constraint import REASONS, ROLES, Constraint, DecodeError
 from oahu.connectors.messages import decode, decode_batch, encode_binary, encode_json
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 INLINE = Constraint("triplet", x=np.arange(6, dtype=np.float32).reshape(3, 2))
 BY_ID = Constraint("pair", ids=("4", "2"), similar=True)
+QUAD_INLINE = Constraint("quadruplet", x=np.arange(8, dtype=np.float32).reshape(4, 2))
+QUAD_BY_ID = Constraint("quadruplet", ids=("4", "2", "4", "9"), labels=(1, None, 1, 2), ts=3.5)
+#: A valid message of every kind and layout, for the fuzzers to corrupt.
+BASES = [INLINE, BY_ID, QUAD_INLINE, QUAD_BY_ID]
+INLINE_BASES = [c for c in BASES if not c.by_id]
 
 
 def with_dim(message: bytes, dim: int) -> bytes:
@@ -110,34 +115,38 @@ JSON_VALUES = st.recursive(
     ),
     max_leaves=12,
 )
-FIELDS = ("v", "kind", "anchor", "positive", "negative", "left", "right", "similar", "ts")
+# Every top-level field, the item roles of every kind included (a quadruplet's a, b, c, d).
+ROLE_FIELDS = tuple(dict.fromkeys(role for roles in ROLES.values() for role in roles))
+FIELDS = ("v", "kind", *ROLE_FIELDS, "similar", "ts")
 
 
 @FUZZ
 @given(
-    st.sampled_from([INLINE, BY_ID]),
+    st.sampled_from(BASES),
     st.lists(st.tuples(st.sampled_from(FIELDS), JSON_VALUES), min_size=1, max_size=3),
+    st.integers(0, 3),
     st.lists(st.tuples(st.sampled_from(("id", "x", "label")), JSON_VALUES), max_size=2),
 )
-def test_arbitrary_json_in_every_field(base, top, item):
-    """A valid message with arbitrary values put in its fields and in its first item's."""
+def test_arbitrary_json_in_every_field(base, top, which, item):
+    """A valid message with arbitrary values put in its fields and in one of its items'."""
     msg = json.loads(encode_json(base))
     for key, value in top:
         msg[key] = value
-    first = "anchor" if base.kind == "triplet" else "left"
-    if isinstance(msg.get(first), dict):
+    role = base.roles[which % base.n_items]
+    if isinstance(msg.get(role), dict):
         for key, value in item:
-            msg[first][key] = value
+            msg[role][key] = value
     assert_accounted([encode_json(base), json.dumps(msg).encode(), encode_binary(base)])
 
 
 @FUZZ
-@given(st.floats(), st.sampled_from(["x", "ts"]))
-def test_non_finite_and_extreme_numbers(number, where):
-    """NaN and infinities (which JSON spells as literals Python accepts) and huge floats."""
-    msg = json.loads(encode_json(INLINE))
+@given(st.floats(), st.sampled_from(["x", "ts"]), st.sampled_from(INLINE_BASES), st.integers(0, 3))
+def test_non_finite_and_extreme_numbers(number, where, base, which):
+    """NaN and infinities (which JSON spells as literals Python accepts) and huge floats, in any
+    item of a message of any kind."""
+    msg = json.loads(encode_json(base))
     if where == "x":
-        msg["anchor"]["x"] = [number, 1.0]
+        msg[base.roles[which % base.n_items]]["x"] = [number, 1.0]
     else:
         msg["ts"] = number
     raw = json.dumps(msg).encode()  # allow_nan: writes NaN / Infinity
@@ -151,7 +160,7 @@ def test_non_finite_and_extreme_numbers(number, where):
 
 @FUZZ
 @given(
-    st.sampled_from([INLINE, BY_ID]),
+    st.sampled_from(BASES),
     st.integers(min_value=0, max_value=255),
     st.integers(min_value=0, max_value=255),
     st.integers(min_value=0, max_value=2**32 - 1),

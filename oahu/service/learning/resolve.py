@@ -2,7 +2,9 @@
 
 Items by id are looked up in an ``ItemStore``; inline items are checked against the expected
 feature dimension. Finiteness of inline vectors is checked when decoding, and the store only
-holds finite features, so a resolved constraint is always finite.
+holds finite features, so a resolved constraint is always finite. Every kind resolves the same
+way, item by item in role order (2 items for a pair, 3 for a triplet, 4 for a quadruplet);
+whether the learner learns the kind is the learn loop's question, not the resolver's.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from oahu.service.catalog import ItemStore
 
 @dataclass(frozen=True, eq=False)
 class ResolvedBatch:
-    """Constraints of one kind with their features: ``x`` float32 (n, n_items, dim), so
-    ``x[:, 0], x[:, 1], x[:, 2]`` are anchors, positives, negatives (or left, right for pairs).
-    Other fields as in ``ConstraintBatch`` (``ids`` None for inline items); ``index`` maps rows
-    back to the decoded input."""
+    """Constraints of one kind with their features: ``x`` float32 (n, n_items, dim), items in
+    the order of ``ROLES[kind]``, so ``x[:, 0], x[:, 1], x[:, 2]`` are anchors, positives,
+    negatives (``x[:, 0], x[:, 1]`` left, right for pairs; ``x[:, 0]`` to ``x[:, 3]`` a, b, c,
+    d for quadruplets, D(a, b) < D(c, d)). Other fields as in ``ConstraintBatch`` (``ids`` None
+    for inline items); ``index`` maps rows back to the decoded input."""
 
     kind: str
     index: np.ndarray
@@ -66,6 +69,14 @@ def resolve_batch(
     """Resolve a batch; rows that fail become (input index, error) pairs instead of raising.
 
     Returns None for the batch when no row survives.
+
+    >>> store = ItemStore(dim=1)
+    >>> store.add(["1", "2", "3"], [[1], [2], [3]])
+    >>> quads = ConstraintBatch("quadruplet", index=np.array([5, 6]),
+    ...                         ids=np.array([[1, 2, 1, 3], [1, 2, 9, 3]]))
+    >>> resolved, errors = resolve_batch(quads, store)
+    >>> resolved.index.tolist(), resolved.x[..., 0].tolist(), [(i, e.reason) for i, e in errors]
+    ([5], [[1.0, 2.0, 1.0, 3.0]], [(6, 'unknown_item')])
     """
     expected = _expected_dim(store, dim)
     n, k = len(batch), batch.n_items
