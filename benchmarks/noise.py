@@ -3,8 +3,8 @@ answers).
 
 For each dataset, noise model (:mod:`oahu.streams.noise`: uniform, confusable), rate and seed,
 the paper's stream of N constraints (``build_stream``) with ``round(rate * N)`` of them made wrong
-(``add_noise``) is learned in one pass by each learner of ``LEARNERS`` (by default the default
-OAHU), which is then evaluated like ``oahu replay``: 5-NN error over the test split with the
+(``add_noise``) is learned in one pass by each learner of ``LEARNERS`` (the default OAHU, and
+the same with self-paced learning), which is then evaluated like ``oahu replay``: 5-NN error over the test split with the
 development split as gallery (clean labels: the noise is in the constraints, not in the items).
 Rate 0 is the clean stream, one run per seed shared by both models.
 
@@ -37,7 +37,10 @@ from oahu.streams.stream_file import build_stream
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = RESULTS / "noise"
 # label -> (registered learner, constructor parameters)
-LEARNERS: dict[str, tuple[str, dict[str, Any]]] = {"oahu": ("oahu", {})}
+LEARNERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "oahu": ("oahu", {}),
+    "oahu-self-paced": ("oahu", {"self_paced": True}),
+}
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:

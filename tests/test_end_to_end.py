@@ -123,12 +123,14 @@ def test_self_paced_replay_holds_back_flipped_triplets_and_says_how_many(tmp_pat
     assert main([*base, "--pairs", "2000"]) == 0
     plain = json.loads(capsys.readouterr().out)
     held = paced["diagnostics"]["self_paced_held_back"]
-    # 600 of the 2,000 are flipped; the model ranks most of them wrong from its start, so
-    # self-paced learning holds back a good part of them (measured 641), and few clean ones.
-    assert 100 <= held <= 1000, held
+    # 600 of the 2,000 are flipped, and the model ranks most of them wrong from its start, so
+    # self-paced learning holds back a good part of them (measured 285).
+    assert 100 <= held <= 600, held
     assert paced["diagnostics"]["self_paced_threshold"] > OAHUConfig().pace_start
     assert plain["diagnostics"]["self_paced_held_back"] == 0
-    assert paced["utilization"] < plain["utilization"]
+    assert paced["utilization"] < plain["utilization"]  # measured 0.24 and 0.44
+    # ... and here it pays: measured 11 against 17 of 898 test items misclassified.
+    assert paced["error"] < plain["error"]
 
 
 def test_oahu_rejects_a_pair_stream(tmp_path, capsys) -> None:
