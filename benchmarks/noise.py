@@ -4,9 +4,10 @@ answers).
 For each dataset, noise model (:mod:`oahu.streams.noise`: uniform, confusable), rate and seed,
 the paper's stream of N constraints (``build_stream``) with ``round(rate * N)`` of them made wrong
 (``add_noise``) is learned in one pass by each learner of ``LEARNERS`` (the default OAHU, and
-the same with self-paced learning), which is then evaluated like ``oahu replay``: 5-NN error over the test split with the
-development split as gallery (clean labels: the noise is in the constraints, not in the items).
-Rate 0 is the clean stream, one run per seed shared by both models.
+the same with self-paced learning), which is then evaluated like ``oahu replay``: 5-NN error
+over the test split with the development split as gallery (clean labels: the noise is in the
+constraints, not in the items). Rate 0 is the clean stream, one run per seed shared by both
+noise models.
 
 Measured per run: the error, the learning throughput, and the loss against the clean stream of
 the same seed (error(rate) − error(0)).

@@ -3,6 +3,9 @@
 The development split is the kNN gallery and the test split the queries: error rate and macro-F1 of
 Eq. 23-25 classification, ROC AUC of the continuous verification score on a fixed sample of test
 pairs, and Recall@K (Section 4.5.2) retrieving within the test split with each query excluded.
+Given a coarse labelling of the items as well (a two-level label hierarchy, class within group:
+:mod:`oahu.streams.groupings`), the same retrieval is also scored by graded nDCG@10
+(:func:`graded_ndcg`): full credit for the query's class, half for another class of its group.
 
 Two diagnostics per depth come with them, so that a head gone wrong shows: the error of each
 depth's kNN alone (``depth_error``), and the spread of each depth's gallery embeddings, the
@@ -22,6 +25,7 @@ from oahu.inference import Classification, classify, make_index, recall_at, retr
 from oahu.learner import Learner
 
 RECALL_KS: tuple[int, ...] = (1, 2, 4, 8)
+NDCG_K = 10  # the cut-off of Evaluation.ndcg_at_10
 
 
 @dataclass
@@ -32,10 +36,16 @@ class Evaluation:
     recall_at: dict[int, float] = field(default_factory=dict)
     depth_error: list[float] = field(default_factory=list)
     depth_spread: list[float] = field(default_factory=list)
+    # Graded nDCG@10 over the coarse labelling evaluate() was given; None without one.
+    ndcg_at_10: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["recall_at"] = {str(k): v for k, v in self.recall_at.items()}
+        if self.ndcg_at_10 is None:
+            # Absent rather than null: reports of evaluations without a hierarchy keep the keys
+            # they always had.
+            del out["ndcg_at_10"]
         return out
 
 
@@ -128,6 +138,87 @@ def embedding_spread(embeddings: np.ndarray) -> list[float]:
     return [float(v) for v in np.sqrt((centred**2).sum(-1).mean(-1))]
 
 
+def _count_in(gallery_keys: np.ndarray, query_keys: np.ndarray) -> np.ndarray:
+    """How many of ``gallery_keys`` equal each of ``query_keys`` (0 for a key it lacks)."""
+    values, counts = np.unique(gallery_keys, return_counts=True)
+    if len(values) == 0:
+        return np.zeros(len(query_keys), dtype=np.int64)
+    at = np.minimum(np.searchsorted(values, query_keys), len(values) - 1)
+    return np.where(values[at] == query_keys, counts[at], 0)
+
+
+def graded_ndcg(
+    retrieved: np.ndarray,
+    query_labels: np.ndarray,
+    query_coarse: np.ndarray,
+    gallery_labels: np.ndarray,
+    gallery_coarse: np.ndarray,
+    k: int = NDCG_K,
+    exclude: np.ndarray | None = None,
+) -> float:
+    """Mean graded nDCG@k of ranked retrievals over a two-level label hierarchy.
+
+    ``retrieved`` (n_queries, >= k) holds gallery rows, best first, -1 where nothing was found
+    (:func:`oahu.inference.retrieve`'s ``positions``). A retrieved item gains 2 when it has the
+    query's class (``query_labels`` against ``gallery_labels``), 1 when it has another class of
+    the query's group (``query_coarse`` against ``gallery_coarse``), 0 otherwise; rank r
+    (from 1) is discounted by log2(r + 1). The ideal DCG ranks every available item of the
+    query's class first, then those of its group: available means in the gallery, less the
+    row ``exclude`` names per query (the query itself when the gallery holds the queries, as
+    :func:`oahu.inference.retrieve` takes it). A query with no item of its group available
+    scores 0 (scikit-learn's ``ndcg_score`` convention).
+
+    Two queries, of class 0 (group 0) and class 2 (group 1), against a gallery holding each of
+    them: the first retrieves a class-1 item (group 0) before its class-0 one, so its DCG is
+    1 + 2/log2(3) of the ideal 2 + 1/log2(3); the second retrieves its classmate first.
+
+    >>> gallery_labels, gallery_coarse = np.array([0, 0, 1, 2, 2]), np.array([0, 0, 0, 1, 1])
+    >>> retrieved = np.array([[2, 1], [4, 2]])  # the queries are gallery rows 0 and 3
+    >>> value = graded_ndcg(retrieved, np.array([0, 2]), np.array([0, 1]), gallery_labels,
+    ...                     gallery_coarse, k=2, exclude=np.array([0, 3]))
+    >>> first = (1 + 2 / np.log2(3)) / (2 + 1 / np.log2(3))
+    >>> round(value, 4), bool(np.isclose(value, (first + 1.0) / 2))
+    (0.9299, True)
+    """
+    query_labels, query_coarse = np.asarray(query_labels), np.asarray(query_coarse)
+    gallery_labels, gallery_coarse = np.asarray(gallery_labels), np.asarray(gallery_coarse)
+    if k < 1:
+        raise ValueError(f"k: must be >= 1, got {k}")
+    retrieved = np.asarray(retrieved)[:, :k]
+    if retrieved.shape[1] < k:  # fewer columns than k: the missing ranks found nothing
+        pad = np.full((len(retrieved), k - retrieved.shape[1]), -1, dtype=np.int64)
+        retrieved = np.concatenate([retrieved, pad], axis=1)
+    found = retrieved >= 0
+    at = np.maximum(retrieved, 0)
+    same_class = found & (gallery_labels[at] == query_labels[:, None])
+    same_group = found & ~same_class & (gallery_coarse[at] == query_coarse[:, None])
+    gain = 2.0 * same_class + 1.0 * same_group
+    discount = 1.0 / np.log2(np.arange(2, k + 2))
+    dcg = gain @ discount
+
+    # Items available per query: of its class, and of its group but another class. The pair
+    # count keeps this right even for a labelling whose classes straddle groups.
+    _, label_code = np.unique(np.concatenate([query_labels, gallery_labels]), return_inverse=True)
+    _, coarse_code = np.unique(np.concatenate([query_coarse, gallery_coarse]), return_inverse=True)
+    pair_code = label_code * (int(coarse_code.max(initial=0)) + 1) + coarse_code
+    n_q = len(query_labels)
+    n_class = _count_in(gallery_labels, query_labels)
+    n_group = _count_in(gallery_coarse, query_coarse) - _count_in(pair_code[n_q:], pair_code[:n_q])
+    if exclude is not None:
+        exclude = np.asarray(exclude)
+        excluded_class = gallery_labels[exclude] == query_labels
+        n_class = n_class - excluded_class
+        n_group = n_group - (~excluded_class & (gallery_coarse[exclude] == query_coarse))
+    # Ideal DCG: 2 on the first n_class ranks, 1 on the next n_group, within the first k.
+    cumulative = np.concatenate([[0.0], np.cumsum(discount)])
+    top_class = np.minimum(n_class, k)
+    top_group = np.minimum(n_class + n_group, k)
+    ideal = cumulative[top_class] + cumulative[top_group]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        per_query = np.where(ideal > 0, dcg / ideal, 0.0)
+    return float(per_query.mean()) if n_q else float("nan")
+
+
 def evaluate(
     learner: Learner,
     X: np.ndarray,
@@ -140,15 +231,33 @@ def evaluate(
     seed: int = 0,
     max_queries: int | None = None,
     index_kind: str = "exact",
+    coarse: np.ndarray | None = None,
 ) -> Evaluation:
     """Classification, verification and retrieval quality of ``learner`` (see module doc).
 
     ``index_kind`` is the gallery search (:func:`oahu.inference.make_index`; ``"exact"``, the
     one the service answers with, by default). ``max_queries`` evaluates a seeded random subset of
     that many queries instead of all of them (an unbiased estimate, for sweeps where the full test
-    split costs too much); the galleries stay whole.
+    split costs too much); the galleries stay whole. ``coarse``, a coarser label per item of
+    ``X`` (e.g. :func:`oahu.streams.groupings.coarse_labels` of ``y``), adds the graded nDCG@10
+    of the Recall@K retrieval (:func:`graded_ndcg`) as ``ndcg_at_10``.
+
+    >>> from oahu.baselines.euclidean import Euclidean
+    >>> from oahu.streams.datasets import load_digits
+    >>> from oahu.streams.groupings import coarse_labels
+    >>> from oahu.streams.protocol import split_dev_test
+    >>> ds = load_digits()
+    >>> dev, test = split_dev_test(ds.n_items, seed=0)
+    >>> report = evaluate(Euclidean(ds.n_features), ds.X, ds.y, dev, test, n_pairs=100,
+    ...                   coarse=coarse_labels("digits", ds.y, "shape"))
+    >>> 0.9 < report.ndcg_at_10 < 1.0, "ndcg_at_10" in report.to_dict()
+    (True, True)
     """
     y = np.asarray(y)
+    if coarse is not None and np.shape(coarse) != y.shape:
+        raise ValueError(
+            f"coarse: expected one label per item, shape {y.shape}, got {np.shape(coarse)}"
+        )
     alpha = learner.alpha
     query_idx = np.asarray(query_idx)
     subset = np.arange(len(query_idx))
@@ -175,8 +284,18 @@ def evaluate(
     auc = float(roc_auc_score(same, score))
 
     test_index = make_index(index_kind, test_gallery, test_labels, learner.metric)
-    found = retrieve(test_index, queries, alpha, k=max(recall_ks), exclude=subset).positions
+    # One retrieval serves Recall@K and nDCG@10: a longer list starts with the same items (an
+    # item ranks by its best depth, where it is among the top k' of that depth alone), ties of
+    # exactly equal scores apart.
+    depth = max(recall_ks) if coarse is None else max(*recall_ks, NDCG_K)
+    found = retrieve(test_index, queries, alpha, k=depth, exclude=subset).positions
     retrieved_labels = np.where(found >= 0, test_labels[np.maximum(found, 0)], -1)
+    ndcg = None
+    if coarse is not None:
+        test_coarse = np.asarray(coarse)[query_idx]
+        ndcg = graded_ndcg(
+            found, query_labels, test_coarse[subset], test_labels, test_coarse, NDCG_K, subset
+        )
     return Evaluation(
         quality["error"],
         quality["macro_f1"],
@@ -184,4 +303,5 @@ def evaluate(
         recall_at(retrieved_labels, query_labels, recall_ks),
         quality["depth_error"],
         quality["depth_spread"],
+        ndcg,
     )
