@@ -151,3 +151,26 @@ def test_config_refuses_bad_pace_settings() -> None:
         OAHU(D, self_paced="yes")
     with pytest.raises(ValueError, match="pace_round: must be an integer >= 1, got 0"):
         OAHU(D, pace_round=0)
+
+
+def test_the_service_learns_self_paced_and_reports_what_it_held_back(tmp_path) -> None:
+    """``oahu run --self-paced``: the count reaches /v1/model and Prometheus."""
+    from fastapi.testclient import TestClient
+    from service_support import start_service
+
+    from oahu.streams import add_noise, build_stream
+
+    n = 600
+    stream_file = tmp_path / "noisy.npz"
+    add_noise(build_stream("digits", n, seed=2), 0.3, "uniform").save(stream_file)
+    service = start_service(stream_file, tmp_path / "state", n, self_paced=True)
+    try:
+        with TestClient(service.app) as client:
+            model = client.get("/v1/model").json()
+            held = model["diagnostics"]["self_paced_held_back"]
+            assert 0 < held < n  # some of the 180 flipped triplets, at least
+            assert model["diagnostics"]["self_paced_threshold"] >= OAHU(D).config.pace_start
+            text = client.get("/metrics").text
+            assert f"oahu_self_paced_held_back {held}" in text
+    finally:
+        service.shutdown()
