@@ -29,7 +29,6 @@ One pass over a stream has no rounds and no dataset to rank; here (docs/algorith
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -50,8 +49,9 @@ class SelfPacedSelector:
 
     >>> pace = SelfPacedSelector(start=0.1, diversity=0.2, growth=2.0, round_length=4,
     ...                          n_clusters=1, n_coordinates=2, seed=0)
-    >>> where = np.zeros((3, 2))
-    >>> pace.select(np.array([0.05, 0.25, 0.9]), where).tolist()  # easy; hard ranked 1st; 2nd
+    >>> where = np.zeros((1, 2))
+    >>> # easy; the first hard one; the second, ranked after it: 0.9 > 0.1 + 0.2 (√2 − 1)
+    >>> [bool(pace.select(np.array([loss]), where)[0]) for loss in (0.05, 0.25, 0.9)]
     [True, True, False]
     >>> pace.held_back, pace.thresholds()
     (1, (0.1, 0.2))
@@ -89,20 +89,38 @@ class SelfPacedSelector:
 
     def select(self, losses: np.ndarray, positions: np.ndarray) -> np.ndarray:
         """For new constraints in stream order, their losses (n,) and their first items'
-        embeddings (n, ≥ n_coordinates): a bool mask of those to learn now."""
-        keep = np.ones(len(losses), dtype=bool)
-        for t, (loss, position) in enumerate(zip(losses.tolist(), positions, strict=True)):
-            lam, gamma = self.thresholds()
-            point = dict(enumerate(position[: self.n_coordinates].tolist()))
-            where = self.kmeans.learn_predict_one(point)
-            slot = self.seen % self.round_length
-            self._losses[slot], self._clusters[slot] = np.inf, -1
-            if loss >= lam:
-                same = self._clusters == where
-                rank = 1 + int(np.count_nonzero(self._losses[same] < loss))
-                keep[t] = loss < lam + gamma * (math.sqrt(rank) - math.sqrt(rank - 1))
-                self._losses[slot], self._clusters[slot] = loss, where
-            self.seen += 1
+        embeddings (n, ≥ n_coordinates): a bool mask of those to learn now.
+
+        The constraints of one call (one update's) are judged together, against the window as
+        it stood before them, with λ and γ of the call's start: one at a time for a strict
+        learner, at a flat cost per constraint for a micro-batch. The k-means learns the call's
+        first item and assigns all of them to their nearest centre.
+        """
+        n = len(losses)
+        keep = np.ones(n, dtype=bool)
+        if not n:
+            return keep
+        lam, gamma = self.thresholds()
+        points = np.asarray(positions, dtype=np.float64)[:, : self.n_coordinates]
+        self.kmeans.learn_one(dict(enumerate(points[0].tolist())))
+        centres = self.kmeans.centers
+        dims = points.shape[1]
+        table = np.array([[centres[c][k] for k in range(dims)] for c in sorted(centres)])
+        where = ((points[:, None, :] - table[None]) ** 2).sum(-1).argmin(1)
+        window = min(n, self.round_length)  # a call longer than the window keeps its last ones
+        slots = (self.seen + np.arange(n - window, n)) % self.round_length
+        self._losses[slots], self._clusters[slots] = np.inf, -1
+        hard = np.flatnonzero(losses >= lam)
+        if len(hard):
+            # Rank among the window's hard constraints of the same cluster (1 = the easiest).
+            same = self._clusters[None, :] == where[hard, None]
+            below = same & (self._losses[None, :] < losses[hard, None])
+            rank = 1 + below.sum(1)
+            keep[hard] = losses[hard] < lam + gamma * (np.sqrt(rank) - np.sqrt(rank - 1))
+            recent = hard[hard >= n - window]
+            at = (self.seen + recent) % self.round_length
+            self._losses[at], self._clusters[at] = losses[recent], where[recent]
+        self.seen += n
         self.held_back += int(np.count_nonzero(~keep))
         return keep
 

@@ -25,9 +25,18 @@ def test_easy_constraints_pass_and_hard_ones_pass_by_rank_within_their_cluster()
     # λ = 0.1, γ = 0.3. 0.05 is easy. The hard ones rank among the window's hard ones:
     # 0.35 is 1st: 0.35 < 0.1 + 0.3 = 0.4, kept; 0.3 is 1st again (0.35 is above it): kept;
     # 0.32 is 2nd (0.3 is below it): 0.32 ≥ 0.1 + 0.3 (√2 − 1) = 0.224, held back.
-    kept = pace.select(np.array([0.05, 0.35, 0.3, 0.32]), where)
-    assert kept.tolist() == [True, True, True, False]
+    kept = [bool(pace.select(np.array([loss]), where[:1])[0]) for loss in (0.05, 0.35, 0.3, 0.32)]
+    assert kept == [True, True, True, False]
     assert pace.held_back == 1 and pace.seen == 4
+
+
+def test_one_call_is_judged_against_the_window_before_it() -> None:
+    # A micro-batch's constraints do not rank against each other: all four hard ones are 1st.
+    pace = selector()
+    kept = pace.select(np.array([0.05, 0.35, 0.3, 0.32]), np.zeros((4, 2)))
+    assert kept.tolist() == [True, True, True, True]
+    # ... but they are in the window for the next call: 0.33 ranks 3rd (0.3 and 0.32 below it).
+    assert pace.select(np.array([0.33]), np.zeros((1, 2))).tolist() == [False]  # 0.1 + 0.3 × 0.318
 
 
 def test_thresholds_grow_by_the_factor_each_round_and_admit_what_was_held_back() -> None:
