@@ -9,14 +9,17 @@ from typing import Any
 
 import numpy as np
 
+from oahu.active_loop import INITIAL, ORACLES, ActiveStats, active_learning
 from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.config import PRESETS
 from oahu.drift import COMBINED
 from oahu.evaluation import evaluate
 from oahu.registry import LEARNER_NAMES, learner_class, make_learner
 from oahu.settings import parse_settings
-from oahu.stream_replay import as_json_floats, replay, stream_kind_for
+from oahu.stream_replay import ReplayStats, as_json_floats, replay, stream_kind_for
 from oahu.streams.stream_file import ConstraintStream, build_stream, load_stream
+
+DEFAULT_BATCH = 100  # questions per round of --oracle
 
 _DESCRIPTION = """\
 Replay a constraint stream through one learner and evaluate it the paper's way.
@@ -30,6 +33,15 @@ items and labels under the concept in force at the end). Reported: kNN error rat
 (Eq. 23-25), constraint utilisation U, verification ROC AUC on a fixed sample of test pairs
 (Eq. 26 score), Recall@1,2,4,8 within the test split (Eq. 27), training constraints/s, the final
 hedge weights alpha, and the constraints at which a concept drift was detected (drift_events).
+
+With --oracle the learner is taught by a simulated annotator instead (docs/active-learning.md):
+it starts from 500 constraints of the paper's protocol (500 labels), then in rounds oahu.active
+proposes --batch questions over the development split ("is x more similar to a or to b?"), the
+annotator answers each from the development labels (the option of x's class; "neither" when both
+or none share it: the label is spent, nothing is learned), and the learner learns the answers,
+until --budget labels are used. The learner never sees the labels themselves. --oracle random is
+the baseline: the first --budget constraints of the paper's protocol, one label each. The report
+adds labels_used and answered (the labels that gave a constraint; both count the 500).
 """
 
 _EPILOG = """\
@@ -43,6 +55,7 @@ examples:
   oahu replay --dataset fashion-mnist --learner oahu --preset paper --json
   oahu replay --dataset fashion-mnist --learner oahu --batch-size 256 --device auto
   oahu replay --stream stream.npz --learner oasis --set C=0.1
+  oahu replay --dataset fashion-mnist --oracle active --budget 5000 --batch 100 --json
 """
 
 
@@ -134,6 +147,41 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "auc, recall_at, triplets_per_s, alpha, constraints, seed, drift_events, ...) to stdout",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    active = p.add_argument_group(
+        "active learning", "an annotator loop instead of a stream (docs/active-learning.md)"
+    )
+    active.add_argument(
+        "--oracle",
+        choices=tuple(ORACLES),
+        default=None,
+        help="teach the learner by questions to a simulated annotator: active (joint-entropy "
+        "batches), uncertainty (the most uncertain questions) or random (the paper's protocol, "
+        "the baseline); starts from 500 protocol constraints (default: off, replay the stream)",
+    )
+    active.add_argument(
+        "--budget",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --oracle: labels to spend, the 500 initial constraints included; an "
+        "unanswered question costs one too (default: --constraints)",
+    )
+    active.add_argument(
+        "--batch",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"with --oracle: questions per round, answered before the next round is chosen "
+        f"(not --batch-size, the learner's micro-batch) (default: {DEFAULT_BATCH})",
+    )
+    active.add_argument(
+        "--oracle-noise",
+        type=float,
+        default=None,
+        metavar="RHO",
+        help="with --oracle active or uncertainty: the annotator names the wrong option in a "
+        "seeded share RHO of its answers (default: 0)",
+    )
     p.set_defaults(func=run)
 
 
@@ -176,13 +224,27 @@ def run(args: argparse.Namespace) -> int:
             print(f"{key} = {value!r}")
         return 0
     params = learner_params(args)
-    kind = learner_class(args.learner).capabilities.protocol_kind
-    stream = load_or_build_stream(args, kind)
-    learner = make_learner(args.learner, stream.n_features, **params)
-    if not args.stream:
-        assert stream.kind == stream_kind_for(learner)
-    learner.prepare(stream.X[stream.prepare_idx])
-    stats = replay(learner, stream, progress=not args.no_progress)
+    active = active_options(args)
+    if active is None:
+        kind = learner_class(args.learner).capabilities.protocol_kind
+        stream = load_or_build_stream(args, kind)
+        learner = make_learner(args.learner, stream.n_features, **params)
+        if not args.stream:
+            assert stream.kind == stream_kind_for(learner)
+        learner.prepare(stream.X[stream.prepare_idx])
+        stats: ReplayStats | ActiveStats = replay(learner, stream, progress=not args.no_progress)
+    else:
+        source: str | ConstraintStream
+        if args.stream:
+            source = load_stream(args.stream)
+            n_features = source.n_features
+        else:
+            source = args.dataset or "digits"
+            n_features = dataset_features(source)
+        learner = make_learner(args.learner, n_features, **params)
+        stream, stats = active_learning(
+            learner, source, **active, seed=args.seed, progress=not args.no_progress
+        )
     if args.save_model:
         from oahu.persistence import save_learner
 
@@ -217,12 +279,62 @@ def run(args: argparse.Namespace) -> int:
         "drift_events": [e.constraint for e in learner.drift_events if e.signal == COMBINED],
         "drift_detections": [e.to_dict() for e in learner.drift_events],
     }
+    if isinstance(stats, ActiveStats):
+        report.update(
+            stats.to_dict(),
+            oracle=args.oracle,
+            batch=active["batch"] if active else None,
+            oracle_noise=active["noise"] if active else None,
+        )
     if args.json:
         json.dump(report, sys.stdout)
         sys.stdout.write("\n")
     else:
         print(format_report(report))
     return 0
+
+
+def active_options(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The annotator loop's settings from ``--oracle``, ``--budget``, ``--batch`` and
+    ``--oracle-noise``; None without ``--oracle`` (the others then are errors)."""
+    given = {
+        "--budget": args.budget,
+        "--batch": args.batch,
+        "--oracle-noise": args.oracle_noise,
+    }
+    if args.oracle is None:
+        stray = [flag for flag, value in given.items() if value is not None]
+        if stray:
+            raise ValueError(f"{stray[0]}: only with --oracle (an annotator loop)")
+        return None
+    budget = args.constraints if args.budget is None else args.budget
+    batch = DEFAULT_BATCH if args.batch is None else args.batch
+    noise = 0.0 if args.oracle_noise is None else args.oracle_noise
+    if budget < 1:
+        raise ValueError(f"--budget: must be a positive number of labels, got {budget}")
+    if batch < 1:
+        raise ValueError(f"--batch: must be a positive number of questions, got {batch}")
+    if not 0.0 <= noise <= 1.0:
+        raise ValueError(f"--oracle-noise: must be in [0, 1], got {noise}")
+    if noise and args.oracle == "random":
+        raise ValueError(
+            "--oracle-noise: the random oracle replays the protocol as it is; for noisy "
+            "constraints use oahu make-stream --noise and --stream"
+        )
+    return {
+        "oracle": args.oracle,
+        "budget": budget,
+        "batch": batch,
+        "noise": noise,
+        "initial": INITIAL,
+        "protocol": args.protocol,
+    }
+
+
+def dataset_features(name: str) -> int:
+    from oahu.streams.datasets import load_dataset
+
+    return load_dataset(name).n_features
 
 
 def format_report(r: dict[str, Any]) -> str:
@@ -246,4 +358,12 @@ def format_report(r: dict[str, Any]) -> str:
             f"alpha          {alpha}",
             f"drift          {drift}",
         ]
+        + (
+            [
+                f"labels         {r['labels_used']} used by oracle {r['oracle']}, "
+                f"{r['answered']} gave a constraint"
+            ]
+            if "labels_used" in r
+            else []
+        )
     )
