@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import logging
 import os
+import re
 import tomllib
 import types
 import typing
@@ -103,6 +104,13 @@ class ServiceConfig:
         "a JSON Lines file for file sources (default CHECKPOINT_DIR/dead-letters.jsonl)",
         "TOPIC|FILE",
     )
+    suggest_topic: str | None = _opt(
+        None,
+        "publish every POST /v1/suggest answer to this Kafka topic, one JSON message per "
+        "question, for annotation tools (docs/active-learning-service.md): a topic on the "
+        "source's brokers, or kafka://HOST:PORT/TOPIC; default: not published",
+        "TOPIC",
+    )
     kafka: dict[str, Any] = field(
         default_factory=dict,
         metadata=_meta(
@@ -180,6 +188,20 @@ class ServiceConfig:
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ValueError(f"log_level: debug, info, warning or error, got {self.log_level!r}")
         self.http_host_port()
+        if self.suggest_topic is not None:
+            # A bare topic lives on the source's brokers; any other broker needs a URI.
+            if self.suggest_topic.startswith("kafka://"):
+                parse_kafka_uri(self.suggest_topic, "suggest_topic", "kafka://HOST:PORT/TOPIC")
+            elif not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", self.suggest_topic):
+                raise ValueError(
+                    "suggest_topic: a Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -) or "
+                    f"kafka://HOST:PORT/TOPIC, got {self.suggest_topic!r}"
+                )
+            elif not (self.source or "").startswith("kafka://"):
+                raise ValueError(
+                    f"suggest_topic: {self.suggest_topic!r} names a topic on the source's "
+                    "brokers, but the source is not Kafka; give kafka://HOST:PORT/TOPIC"
+                )
         if self.source is not None:
             scheme = urlparse(self.source).scheme
             if scheme == "kafka":

@@ -224,9 +224,12 @@ class ServiceMetrics:
     >>> text = m.render().decode()
     >>> "oahu_constraints_consumed_total 3.0" in text, "oahu_gallery_items 10.0" in text
     (True, True)
+
+    ``suggest_strategies`` are the strategies ``POST /v1/suggest`` offers: their series exist
+    from the start.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, suggest_strategies: Sequence[str] = ()) -> None:
         r = self.registry = CollectorRegistry()
         self._forwarded = _Forwarded()
         r.register(self._forwarded)
@@ -274,6 +277,36 @@ class ServiceMetrics:
         )
         for generation in range(3):  # every series from the start
             self.gc_pause_seconds.labels(generation=str(generation))
+        # ---- active learning (POST /v1/suggest)
+        self.suggestions = Counter(
+            "oahu_suggestions",
+            "Questions (triplets to label) served by POST /v1/suggest, by strategy.",
+            ["strategy"],
+            registry=r,
+        )
+        self.suggest_seconds = Histogram(
+            "oahu_suggest_duration_seconds",
+            "Time from a POST /v1/suggest request's arrival to its answer (waiting for the "
+            "suggestion worker, resolving and embedding the pool, choosing the questions), by "
+            "strategy.",
+            ["strategy"],
+            buckets=_SLOW,
+            registry=r,
+        )
+        self.suggestions_published = Counter(
+            "oahu_suggestions_published",
+            "Questions acknowledged by the Kafka topic of --suggest-topic.",
+            registry=r,
+        )
+        self.suggestion_publish_failures = Counter(
+            "oahu_suggestion_publish_failures",
+            "Questions that could not be published to the topic of --suggest-topic (logged; the "
+            "HTTP answer had them).",
+            registry=r,
+        )
+        for strategy in suggest_strategies:
+            self.suggestions.labels(strategy=strategy)
+            self.suggest_seconds.labels(strategy=strategy)
         # What an operator alerts on when consumption stalls: both grow while it does.
         self.learner_report_age = Gauge(
             "oahu_learner_report_age_seconds",

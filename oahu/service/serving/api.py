@@ -11,6 +11,7 @@ one is configured.
 import asyncio
 import hmac
 import json
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,9 +32,17 @@ from oahu.service.catalog import Catalog
 from oahu.service.config import ServiceConfig
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
-from oahu.service.serving.inputs import json_safe, request_models
+from oahu.service.serving.inputs import INT64_MAX, SuggestQuery, json_safe, request_models
 from oahu.service.serving.queries import NotFinite, NotReady, QueryEngine
 from oahu.service.serving.snapshot import SnapshotPublisher
+from oahu.service.serving.suggest import (
+    Busy,
+    PoolError,
+    Suggester,
+    SuggestRequest,
+    model_meta,
+    suggestion_messages,
+)
 
 
 # ---------------------------------------------------------------------- errors
@@ -95,6 +104,7 @@ class ServiceView:
     config: ServiceConfig
     n_features: int
     engine: QueryEngine
+    suggester: Suggester
     publisher: SnapshotPublisher
     catalog: Catalog
     metrics: ServiceMetrics
@@ -195,6 +205,67 @@ def create_app(view: ServiceView) -> FastAPI:
             for s, v, c in zip(out["similar"], out["vote"], out["score"], strict=True)
         ]
         return JSONResponse({"results": results, "model": snap.meta()})
+
+    @app.post(
+        "/v1/suggest",
+        summary="Triplet questions whose answers would teach the model most (active learning)",
+        description="Is the anchor more similar to first or to second? The answer goes back to "
+        "the input stream as an ordinary triplet message (anchor, the closer, the farther). "
+        "Questions are chosen over the pool (ids, or the gallery) by the current snapshot's "
+        "model; with --suggest-topic they are also published to that Kafka topic.",
+        responses={
+            **_responses(401, 413),
+            503: {
+                "model": Detail,
+                "description": "no model snapshot published yet, or too many suggestion "
+                "requests waiting",
+            },
+        },
+        **writes,
+    )
+    async def suggest(body: SuggestQuery) -> JSONResponse:
+        started = time.perf_counter()
+        seed = secrets.randbelow(INT64_MAX) if body.seed is None else body.seed
+        request = SuggestRequest(
+            None if body.pool == "gallery" else body.pool, body.batch, body.strategy, seed
+        )
+        try:
+            out = await asyncio.wrap_future(view.suggester.submit(request))
+        except (NotReady, Busy) as exc:
+            raise HTTPException(503, str(exc)) from None
+        except PoolError as exc:
+            raise RequestValidationError(
+                [
+                    {"loc": ("body", *loc), "msg": msg, "type": "value_error"}
+                    | ({} if value is None else {"input": value})
+                    for loc, msg, value in exc.errors
+                ]
+            ) from None
+        request_id = secrets.token_hex(8)
+        suggestions = [
+            {"anchor": q.anchor, "first": q.first, "second": q.second, "score": q.score}
+            | {"kind": "triplet"}
+            for q in out.questions
+        ]
+        sink = view.suggester.sink
+        if sink is not None:
+            sink.publish(suggestion_messages(out, request_id, body.strategy))
+        view.metrics.suggestions.labels(strategy=body.strategy).inc(len(suggestions))
+        view.metrics.suggest_seconds.labels(strategy=body.strategy).observe(
+            time.perf_counter() - started
+        )
+        return JSONResponse(
+            {
+                "suggestions": suggestions,
+                "request": request_id,
+                "strategy": body.strategy,
+                "seed": seed,
+                "pool_items": out.pool_items,
+                "published_to": view.suggester.topic,
+                "model": model_meta(out.snapshot),
+                "seconds": out.seconds,
+            }
+        )
 
     @app.post(
         "/v1/items",

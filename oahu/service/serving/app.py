@@ -34,9 +34,11 @@ from oahu.service.messages import Start
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
 from oahu.service.serving.api import ServiceView, create_app
 from oahu.service.serving.collector import CollectorPauses, freeze_startup_heap
+from oahu.service.serving.inputs import SUGGEST_STRATEGIES
 from oahu.service.serving.process import LearnerProcess
 from oahu.service.serving.queries import QueryEngine
 from oahu.service.serving.snapshot import SnapshotPublisher
+from oahu.service.serving.suggest import Suggester, SuggestionSink
 from oahu.service.status import model_status
 from oahu.threads import use_native_threads
 
@@ -92,7 +94,7 @@ class Service:
         use_native_threads(1, faiss=True)  # this thread embeds the gallery at start-up
         self.config = config
         self.stop_event = threading.Event()
-        self.metrics = ServiceMetrics()
+        self.metrics = ServiceMetrics(SUGGEST_STRATEGIES)
         state_dir = Path(config.checkpoint_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
         for stale in state_dir.glob(".*.tmp"):  # left by a crash in the middle of a write
@@ -131,6 +133,9 @@ class Service:
         self.metrics.learner_report_age.set_function(lambda: self.learning.report_age or 0.0)
         self.metrics.source_contact_age.set_function(self._source_contact_age)
         self.engine = QueryEngine(self.publisher, max_batch_rows=max(config.max_batch_items, 1))
+        self.suggester = Suggester(
+            self.publisher, self.catalog, SuggestionSink.of(config, self.metrics)
+        )
         self.app = create_app(self._view())
         self.gc_pauses = CollectorPauses(self.metrics.gc_pause_seconds)
 
@@ -178,6 +183,7 @@ class Service:
             config=config,
             n_features=self.learner.n_features,
             engine=self.engine,
+            suggester=self.suggester,
             publisher=self.publisher,
             catalog=self.catalog,
             metrics=self.metrics,
@@ -240,6 +246,7 @@ class Service:
         self.publisher.start()
         self.publisher.submit(learner_to_bytes(self.learner, queries_only=True))
         self.engine.start()
+        self.suggester.start()
         self.learning.start()
 
     def shutdown(self) -> None:
@@ -247,6 +254,7 @@ class Service:
         self.stop_event.set()
         self.learning.stop()
         self.engine.stop()
+        self.suggester.stop()
         self.publisher.stop()
         self.gc_pauses.close()
 

@@ -11,17 +11,29 @@ from them, so every endpoint refuses the same inputs the same way, with a 422 na
 Request bodies depend on the served model (features per item) and on ``--max-batch-items``, so
 :func:`request_models` makes them per app: the OpenAPI schema then states the exact limits the
 server applies (``minItems``/``maxItems``), and the schema and the server agree on what is valid.
+:class:`SuggestQuery` (``POST /v1/suggest``) depends on neither and is defined once.
 """
 
 import math
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    TypeAdapter,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+    WrapValidator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
+from oahu.active import STRATEGIES as SUGGEST_STRATEGIES
 from oahu.connectors.constraint import INT64_MAX, INT64_MIN, MISSING_LABEL
 
 MAX_ID_LENGTH = 256  # characters of a string id
@@ -180,6 +192,116 @@ def request_models(n_features: int, max_items: int) -> RequestModels:
         ids: list[ItemId] = batch("ids")
 
     return RequestModels(ItemsQuery, NeighbourQuery, VerifyQuery, AddItems, RemoveItems)
+
+
+# ---------------------------------------------------------------------- POST /v1/suggest
+MIN_POOL = 3  # a question names three items
+MAX_POOL = 50_000  # items in a pool of ids, and items of the gallery a suggestion reads
+MAX_SUGGEST_BATCH = 1_000  # questions per request
+SUGGEST_KINDS = ("triplet",)
+_POOL_TEXT = f'"gallery" or a list of {MIN_POOL} to {MAX_POOL} distinct item ids'
+
+
+def _pool(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """``"gallery"``, or the ids of the pool as store keys: at least ``MIN_POOL``, each once.
+
+    >>> SuggestQuery.model_validate({"pool": [1, "2", 3], "batch": 2}).pool
+    ['1', '2', '3']
+    >>> SuggestQuery.model_validate({"pool": [1, "1", 3], "batch": 2})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    pydantic_core._pydantic_core.ValidationError: 1 validation error for SuggestQuery
+    pool
+      item id '1' is in the pool twice, at positions 0 and 1 [type=pool, ...
+    """
+    if isinstance(value, str):
+        if value == "gallery":
+            return value
+        raise PydanticCustomError(
+            "pool", "the pool is {expected}, not the string '{value}'",
+            {"expected": _POOL_TEXT, "value": json_safe(value)},
+        )  # fmt: skip
+    if isinstance(value, list) and len(value) < MIN_POOL:
+        raise PydanticCustomError(
+            "pool",
+            "the pool is empty"
+            if not value
+            else "a pool holds at least {min} items (a question names three), this one {n}",
+            {"min": MIN_POOL, "n": len(value)},
+        )
+    ids = handler(value)
+    first: dict[str, int] = {}
+    for i, key in enumerate(ids):
+        if key in first:  # 17 and "17" are one item
+            raise PydanticCustomError(
+                "pool", "item id '{id}' is in the pool twice, at positions {first} and {i}",
+                {"id": json_safe(key), "first": first[key], "i": i},
+            )  # fmt: skip
+        first[key] = i
+    return ids
+
+
+_ID_LIST = Annotated[list[ItemId], Field(min_length=MIN_POOL, max_length=MAX_POOL)]
+Pool = Annotated[
+    _ID_LIST,
+    WrapValidator(_pool),
+    WithJsonSchema(
+        {
+            "oneOf": [
+                {"type": "string", "enum": ["gallery"]},
+                {**TypeAdapter(_ID_LIST).json_schema(), "uniqueItems": True},
+            ],
+            "description": f"the items to ask about: {_POOL_TEXT} (item store, then gallery); "
+            f'"gallery": the published gallery (a sample of {MAX_POOL} when larger)',
+        }
+    ),
+]
+
+
+def _kind(value: Any) -> str:
+    if value == "triplet" and isinstance(value, str):
+        return value
+    raise PydanticCustomError(
+        "kind",
+        "only triplet questions are suggested for now (quadruplets are planned), not {kind}",
+        {"kind": repr(json_safe(value))},
+    )
+
+
+Kind = Annotated[
+    str,
+    PlainValidator(_kind),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "enum": list(SUGGEST_KINDS),
+            "description": "the kind of question: triplet (is the anchor more similar to first "
+            "or to second?); quadruplets are planned",
+        }
+    ),
+]
+
+
+class SuggestQuery(BaseModel):
+    """Which items to ask about, how many questions, and how to choose them."""
+
+    model_config = _STRICT
+    pool: Pool
+    batch: int = Field(
+        ge=1, le=MAX_SUGGEST_BATCH, description=f"questions wanted: 1 to {MAX_SUGGEST_BATCH}"
+    )
+    kind: Kind = "triplet"
+    strategy: Literal[SUGGEST_STRATEGIES] = Field(  # type: ignore[valid-type]
+        "joint-entropy",
+        description="joint-entropy (informative and diverse), uncertainty (most ambiguous "
+        "first) or random",
+    )
+    seed: int | None = Field(
+        None,
+        ge=0,
+        lt=INT64_MAX + 1,
+        description="seed of the selection (reported in the answer; drawn at random if absent)",
+    )
 
 
 def json_safe(value: Any, max_chars: int = 80) -> Any:
