@@ -133,6 +133,24 @@ def test_self_paced_replay_holds_back_flipped_triplets_and_says_how_many(tmp_pat
     assert paced["error"] < plain["error"]
 
 
+def test_a_quadruplet_stream_is_learned_and_scored_by_graded_ndcg(tmp_path, capsys) -> None:
+    quads = tmp_path / "quads.npz"
+    args = ["make-stream", "--dataset", "digits", "--constraints", "600", "--seed", "0"]
+    assert main([*args, "--kind", "quadruplet", "--hierarchy", "shape", "--out", str(quads)]) == 0
+    capsys.readouterr()
+    base = ["replay", "--stream", str(quads), "--no-progress", "--device", "cpu", "--pairs", "500"]
+    assert main([*base, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["constraints"] == 600 and report["learner"] == "oahu"
+    assert report["utilization"] > 0.0  # quadruplets moved the model
+    assert 0.9 < report["ndcg_at_10"] <= 1.0  # measured 0.95
+    assert main(base) == 0
+    assert "graded nDCG@10 " in capsys.readouterr().out
+    lego = ["replay", "--stream", str(quads), "--no-progress", "--learner", "lego", "--json"]
+    assert main(lego) == 2  # LEGO learns no quadruplets
+    assert "holds quadruplets" in capsys.readouterr().err
+
+
 def test_oahu_rejects_a_pair_stream(tmp_path, capsys) -> None:
     path = tmp_path / "pairs.npz"
     assert (

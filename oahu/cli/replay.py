@@ -259,6 +259,7 @@ def run(args: argparse.Namespace) -> int:
         n_pairs=args.pairs,
         seed=args.seed,
         max_queries=args.max_queries,
+        coarse=hierarchy_labels(stream),
     )
     report = {
         **result.to_dict(),
@@ -292,6 +293,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_report(report))
     return 0
+
+
+def hierarchy_labels(stream: ConstraintStream) -> np.ndarray | None:
+    """Each item's group under the label hierarchy a quadruplet stream was drawn from (its meta's
+    ``groups``), so that the report scores retrieval by graded nDCG@10 too; None otherwise."""
+    groups = stream.meta.get("groups") if stream.meta.get("hierarchy") else None
+    if not groups:
+        return None
+    group_of = {int(c): g for g, classes in enumerate(groups.values()) for c in classes}
+    return np.array([group_of.get(int(label), -1) for label in stream.y])
 
 
 def active_options(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -354,6 +365,7 @@ def format_report(r: dict[str, Any]) -> str:
             f"utilisation U  {r['utilization']:.4f}",
             f"verify AUC     {r['auc']:.4f}",
             f"recall         {recall}",
+            *([f"graded nDCG@10 {r['ndcg_at_10']:.4f}"] if "ndcg_at_10" in r else []),
             f"training       {r['triplets_per_s']:.0f} constraints/s ({r['train_seconds']:.2f} s)",
             f"alpha          {alpha}",
             f"drift          {drift}",
