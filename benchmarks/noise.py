@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.stream_runs import cached_run, evaluate_on_stream, run_all
+from benchmarks.stream_runs import cached_run, evaluate_on_stream, finish_plot, run_all
 from oahu.registry import make_learner
 from oahu.stream_replay import replay
 from oahu.streams import NOISE_MODELS, add_noise
@@ -125,14 +125,8 @@ def plot(dataset: str, table: dict[str, Any], path: Path) -> None:
             if len(points) > 1:
                 x, y = zip(*sorted(points), strict=True)
                 ax.plot(x, y, style, marker="o", color=f"C{i}", label=f"{label}, {model}")
-    ax.set_xlabel("share of wrong constraints")
-    ax.set_ylabel("5-NN test error")
-    ax.set_title(f"{dataset}: label noise (mean over seeds)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    title = f"{dataset}: label noise (mean over seeds)"
+    finish_plot(fig, ax, path, "share of wrong constraints", "5-NN test error", title)
 
 
 def main() -> None:

@@ -60,3 +60,17 @@ def run_all(
         return [run(spec) for spec in specs]
     with ProcessPoolExecutor(jobs) as pool:
         return list(pool.map(run, specs))
+
+
+def finish_plot(fig: Any, ax: Any, path: Path, xlabel: str, ylabel: str, title: str) -> None:
+    """Label, grid, legend and save a benchmark's figure (matplotlib), then close it."""
+    import matplotlib.pyplot as plt
+
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
