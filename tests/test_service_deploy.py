@@ -32,6 +32,8 @@ def exposed_metric_names() -> set[str]:
     oahu.learn_triplets(*rng.normal(size=(3, 5, 4)))
     learning.set_diagnostics(oahu.diagnostics())
     metrics.request_seconds.labels(endpoint="/v1/classify", method="POST", status="200").observe(1)
+    metrics.suggestions.labels(strategy="joint-entropy").inc()
+    metrics.suggest_seconds.labels(strategy="joint-entropy").observe(1)
     metrics.forward(learning.families())
     names = set()
     for family in metrics.registry.collect():
