@@ -121,3 +121,19 @@ def test_row_keys_are_stable_across_calls_and_processes() -> None:
 def test_capacity_must_be_positive() -> None:
     with pytest.raises(ValueError, match="capacity"):
         graph(capacity=0)
+
+
+@pytest.mark.parametrize("per_call", [1, 3])
+def test_an_item_keeps_the_embedding_of_its_latest_mention(per_call: int) -> None:
+    """Within one call (a micro-batch) and across calls alike, whatever order the copies take."""
+    g = graph()
+    rows = np.float32([[0.0, 1.0, 2.0], [1.0, 0.0, 3.0], [0.0, 4.0, 5.0]])[:, :, None]
+    embeddings = np.arange(3 * 3 * 2, dtype=np.float32).reshape(1, 3, 3, 2)  # (depth, role, n, E)
+    for start in range(0, 3, per_call):
+        stop = start + per_call
+        g.observe(rows[start:stop], embeddings[:, :, start:stop])
+    slot = g.slot_of[int(row_keys(np.float32([[0.0]]))[0])]
+    # Item 0.0 is the anchor of triplets 0 and 2 and the positive of triplet 1: triplet 2 last.
+    assert g.embeddings[0, slot].tolist() == embeddings[0, 0, 2].tolist()
+    slot = g.slot_of[int(row_keys(np.float32([[1.0]]))[0])]  # positive of 0, anchor of 1
+    assert g.embeddings[0, slot].tolist() == embeddings[0, 0, 1].tolist()
