@@ -101,14 +101,6 @@ class Suggestion:
         farther = self.second if closer == self.first else self.first
         return (self.anchor, closer, farther)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "anchor": self.anchor,
-            "first": self.first,
-            "second": self.second,
-            "score": self.score,
-        }
-
 
 @dataclass(frozen=True)
 class Candidates:
@@ -370,6 +362,16 @@ def joint_entropy_batch(
     return np.asarray(picked, dtype=np.int64), np.asarray(scores, dtype=np.float64)
 
 
+def distinct_questions(n: int) -> int:
+    """How many different questions ``n`` pool items make: an anchor and an unordered pair of
+    the others.
+
+    >>> distinct_questions(3), distinct_questions(5)
+    (3, 30)
+    """
+    return n * (n - 1) * (n - 2) // 2
+
+
 def random_questions(
     n: int, batch: int, rng: np.random.Generator, excluded: np.ndarray | None = None
 ) -> np.ndarray:
@@ -381,7 +383,7 @@ def random_questions(
     >>> q.shape, bool((q[:, 0] != q[:, 1]).all() and (q[:, 1] != q[:, 2]).all())
     ((5, 3), True)
     """
-    total = n * (n - 1) * (n - 2) // 2
+    total = distinct_questions(n)
     excluded = np.empty(0, np.int64) if excluded is None else excluded
     want = min(batch, max(total - len(np.unique(excluded)), 0))
     chosen = np.empty((0, 3), dtype=np.int64)

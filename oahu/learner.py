@@ -120,6 +120,23 @@ def as_feature_matrix(x: Any, n_features: int, field: str) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
+def depths_side_by_side(embeddings: np.ndarray, alpha: np.ndarray) -> np.ndarray:
+    """Per-depth embeddings (n_depths, n, dim) as the points of :meth:`Learner.transform`: depth
+    l scaled by √α(l), the depths side by side, (n, n_depths · dim) float32 (for embeddings
+    already at hand, e.g. a served gallery's).
+
+    >>> emb = np.array([[[1.0, 2.0]], [[3.0, 4.0]]], dtype=np.float32)  # 2 depths, 1 item
+    >>> depths_side_by_side(emb, np.array([0.25, 1.0])).tolist()
+    [[0.5, 1.0, 3.0, 4.0]]
+    """
+    depths, n, dim = embeddings.shape
+    weights = np.sqrt(alpha).astype(np.float32)
+    out = np.empty((n, depths * dim), dtype=np.float32)
+    for depth in range(depths):  # into place: no second copy of a large gallery
+        np.multiply(embeddings[depth], weights[depth], out=out[:, depth * dim : (depth + 1) * dim])
+    return out
+
+
 class Learner(ABC):
     """Base class of all online metric learners.
 
@@ -423,8 +440,7 @@ class Learner(ABC):
                 f"transform: {self.name!r} learns a similarity (inner product), not a distance, "
                 "so items have no Euclidean embedding; compare them with embed() by role"
             )
-        emb = self.embed(x) * np.sqrt(self.alpha).astype(np.float32)[:, None, None]
-        return np.ascontiguousarray(emb.transpose(1, 0, 2).reshape(emb.shape[1], -1))
+        return depths_side_by_side(self.embed(x), self.alpha)
 
     @abstractmethod
     def _embed(self, x: np.ndarray, role: Literal["query", "gallery"]) -> np.ndarray:

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from oahu.active import suggest_from_embeddings
+from oahu.active import distinct_questions, suggest_from_embeddings
+from oahu.learner import depths_side_by_side
 from oahu.service.catalog import Catalog
 from oahu.service.config import ServiceConfig
 from oahu.service.metrics import ServiceMetrics
@@ -101,32 +102,6 @@ class SuggestAnswer:
     seconds: float
 
 
-def distinct_questions(n: int) -> int:
-    """How many different triplet questions ``n`` items make: an anchor and an unordered pair
-    of the others.
-
-    >>> distinct_questions(3), distinct_questions(5)
-    (3, 30)
-    """
-    return n * (n - 1) * (n - 2) // 2
-
-
-def transform_points(embeddings: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-    """``Learner.transform`` of items whose embeddings (n_depths, n, dim) are at hand: depth l
-    scaled by √α(l), the depths side by side, (n, n_depths · dim) float32, in one pass.
-
-    >>> emb = np.array([[[1.0, 2.0]], [[3.0, 4.0]]], dtype=np.float32)  # 2 depths, 1 item
-    >>> transform_points(emb, np.array([0.25, 1.0])).tolist()
-    [[0.5, 1.0, 3.0, 4.0]]
-    """
-    depths, n, dim = embeddings.shape
-    weights = np.sqrt(alpha).astype(np.float32)  # as Learner.transform rounds them
-    out = np.empty((n, depths * dim), dtype=np.float32)
-    for depth in range(depths):
-        np.multiply(embeddings[depth], weights[depth], out=out[:, depth * dim : (depth + 1) * dim])
-    return out
-
-
 def gallery_points(snapshot: Snapshot, seed: int) -> tuple[list[str], np.ndarray]:
     """The ids and points of the snapshot's gallery, from the embeddings the snapshot holds (a
     seeded sample of ``MAX_POOL`` items when it has more); items whose embedding is not finite
@@ -140,7 +115,7 @@ def gallery_points(snapshot: Snapshot, seed: int) -> tuple[list[str], np.ndarray
     if n > MAX_POOL:
         rows = np.sort(np.random.default_rng(seed).choice(n, MAX_POOL, replace=False))
         emb = emb[:, rows]
-    points = transform_points(emb, snapshot.alpha)
+    points = depths_side_by_side(emb, snapshot.alpha)
     finite = np.isfinite(points).all(axis=1)
     ids = snapshot.gallery_ids if rows is None else snapshot.gallery_ids[rows]
     if not finite.all():
