@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from oahu.active import suggest
 from oahu.learner import Learner
-from oahu.stream_replay import replay
+from oahu.stream_replay import ReplayStats, replay
 from oahu.streams.stream_file import ConstraintStream, build_stream
 
 # --oracle -> the suggestion strategy it asks (None: the paper's random protocol).
@@ -38,23 +38,20 @@ NEITHER = -1  # the annotator's answer when neither option (or both) shares the 
 
 
 @dataclass(frozen=True)
-class ActiveStats:
-    """What the loop did: labels spent and the labels among them that gave a constraint (both
-    counting the initial protocol constraints, one label each), constraints learned (as many),
-    rounds of questions, and the time spent learning and suggesting (``seconds`` is learning
-    only, as ``ReplayStats.seconds``)."""
+class ActiveStats(ReplayStats):
+    """What the loop did, besides what a replay reports (``constraints`` learned, the seconds
+    spent learning, the prequential curve): labels spent, counting the initial protocol
+    constraints one label each, rounds of questions, and the seconds spent suggesting. Every
+    constraint came from a label, so ``answered`` (the labels that gave one) is
+    ``constraints``."""
 
-    labels_used: int
-    answered: int
-    constraints: int
-    rounds: int
-    seconds: float
-    suggest_seconds: float
-    prequential: list[tuple[int, float]] = field(default_factory=list)
+    labels_used: int = 0
+    rounds: int = 0
+    suggest_seconds: float = 0.0
 
     @property
-    def constraints_per_s(self) -> float:
-        return self.constraints / self.seconds if self.seconds > 0 else float("inf")
+    def answered(self) -> int:
+        return self.constraints
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -221,13 +218,12 @@ def active_learning(
     if "prequential_accuracy" in learner.diagnostics():
         prequential.append((len(stream) + answered, learner.diagnostics()["prequential_accuracy"]))
     stats = ActiveStats(
-        labels_used=used,
-        answered=len(stream) + answered,
         constraints=len(stream) + answered,
-        rounds=rounds,
         seconds=seconds,
-        suggest_seconds=suggest_seconds,
         prequential=prequential,
+        labels_used=used,
+        rounds=rounds,
+        suggest_seconds=suggest_seconds,
     )
     return stream, stats
 

@@ -17,6 +17,7 @@ from oahu.evaluation import evaluate
 from oahu.registry import LEARNER_NAMES, learner_class, make_learner
 from oahu.settings import parse_settings
 from oahu.stream_replay import ReplayStats, as_json_floats, replay, stream_kind_for
+from oahu.streams.groupings import Grouping
 from oahu.streams.stream_file import ConstraintStream, build_stream, load_stream
 
 DEFAULT_BATCH = 100  # questions per round of --oracle
@@ -232,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         if not args.stream:
             assert stream.kind == stream_kind_for(learner)
         learner.prepare(stream.X[stream.prepare_idx])
-        stats: ReplayStats | ActiveStats = replay(learner, stream, progress=not args.no_progress)
+        stats: ReplayStats = replay(learner, stream, progress=not args.no_progress)
     else:
         source: str | ConstraintStream
         if args.stream:
@@ -280,12 +281,10 @@ def run(args: argparse.Namespace) -> int:
         "drift_events": [e.constraint for e in learner.drift_events if e.signal == COMBINED],
         "drift_detections": [e.to_dict() for e in learner.drift_events],
     }
-    if isinstance(stats, ActiveStats):
+    if active is not None:
+        assert isinstance(stats, ActiveStats)
         report.update(
-            stats.to_dict(),
-            oracle=args.oracle,
-            batch=active["batch"] if active else None,
-            oracle_noise=active["noise"] if active else None,
+            stats.to_dict(), oracle=args.oracle, batch=active["batch"], oracle_noise=active["noise"]
         )
     if args.json:
         json.dump(report, sys.stdout)
@@ -298,11 +297,10 @@ def run(args: argparse.Namespace) -> int:
 def hierarchy_labels(stream: ConstraintStream) -> np.ndarray | None:
     """Each item's group under the label hierarchy a quadruplet stream was drawn from (its meta's
     ``groups``), so that the report scores retrieval by graded nDCG@10 too; None otherwise."""
-    groups = stream.meta.get("groups") if stream.meta.get("hierarchy") else None
-    if not groups:
+    name, groups = stream.meta.get("hierarchy"), stream.meta.get("groups")
+    if not (name and groups):
         return None
-    group_of = {int(c): g for g, classes in enumerate(groups.values()) for c in classes}
-    return np.array([group_of.get(int(label), -1) for label in stream.y])
+    return Grouping(name, groups).coarse(stream.y)
 
 
 def active_options(args: argparse.Namespace) -> dict[str, Any] | None:
