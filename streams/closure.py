@@ -27,6 +27,9 @@ import numpy as np
 
 # Below this many constraints a revelation's draw order is one materialised permutation.
 _MATERIALISE_BELOW = 1 << 16
+#: The kinds the paper's protocol derives from class labels (seeds and their transitive
+#: closure); quadruplets come from a label hierarchy instead (streams.hierarchy).
+PROTOCOL_KINDS: tuple[str, ...] = ("triplet", "pair")
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ class ClosureKnowledge:
     """
 
     def __init__(self, n_items: int, kind: str, rng: np.random.Generator) -> None:
-        if kind not in ("triplet", "pair"):
+        if kind not in PROTOCOL_KINDS:
             raise ValueError(f"kind: expected 'triplet' or 'pair', got {kind!r}")
         self.kind = kind
         self._rng = rng

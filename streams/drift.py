@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from oahu.streams.closure import PROTOCOL_KINDS
 from oahu.streams.datasets import Dataset, load_dataset
 from oahu.streams.groupings import Grouping, grouping_for
 from oahu.streams.protocol import (
@@ -70,8 +71,6 @@ NOVEL_SHARE = 0.3
 # Tags of this module's draws, apart from those of streams.protocol (0, 1, 2): the split of a
 # drifting stream is the plain stream's, the rest is drawn independently of it.
 _GRADUAL, _NOVEL, _CONCEPT = 16, 17, 18
-# The kinds a drifting stream can hold: those of the paper's protocol.
-_DRIFT_KINDS: tuple[str, ...] = ("triplet", "pair")
 
 
 def drift_mask(
@@ -199,11 +198,11 @@ def build_drift_stream(
     >>> s.n_items, int(s.constraints[:60].max()) < 1797 <= int(s.constraints[60:].min())
     (3594, True)
     """
-    if kind not in _DRIFT_KINDS:
+    if kind not in PROTOCOL_KINDS:
         # Each concept's constraints come from the paper's protocol, which draws triplets and
         # pairs only (quadruplets come from a label hierarchy, streams.hierarchy).
         raise ValueError(
-            f"kind: drifting streams are {' or '.join(_DRIFT_KINDS)} streams (of the kinds "
+            f"kind: drifting streams are {' or '.join(PROTOCOL_KINDS)} streams (of the kinds "
             f"{', '.join(KINDS)}), got {kind!r}"
         )
     if protocol not in PROTOCOLS:

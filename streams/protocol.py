@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oahu.streams.closure import ClosureKnowledge, Revelation
+from oahu.streams.closure import PROTOCOL_KINDS, ClosureKnowledge, Revelation
 
 _NO_TRIPLETS = (
     "labels: triplets need a class with at least 2 development items and a second class; the "
@@ -163,7 +163,7 @@ def closure_stream(
     >>> bool(np.all(labels[s.constraints[:, 0]] == labels[s.constraints[:, 1]]))
     True
     """
-    if kind not in ("triplet", "pair"):
+    if kind not in PROTOCOL_KINDS:
         # Closure derives from class labels alone; a quadruplet needs a label hierarchy.
         hint = " (quadruplets come from a label hierarchy: streams.hierarchy)"
         raise ValueError(

@@ -48,6 +48,7 @@ import numpy as np
 
 from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES
 from oahu.streams.atomic import atomic_open
+from oahu.streams.closure import PROTOCOL_KINDS
 from oahu.streams.datasets import Dataset, load_dataset
 from oahu.streams.jsonl import OPTIONAL_FIELDS, iter_jsonl, read_jsonl, write_jsonl
 from oahu.streams.protocol import (
@@ -73,9 +74,6 @@ __all__ = [
 FORMAT_VERSION = 1
 KINDS: tuple[str, ...] = CONSTRAINT_KINDS
 PROTOCOLS: tuple[str, ...] = ("closure", "random")
-# The kinds the paper's protocol (and so build_stream) draws: quadruplets come from
-# streams.hierarchy.
-_PROTOCOL_KINDS: tuple[str, ...] = ("triplet", "pair")
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz file starts
 _MAX_CONCEPTS = int(np.iinfo(np.int8).max)  # concepts are stored as int8
 _NPZ_KEYS = ("X", "y", "dev_idx", "test_idx", "kind", "constraints", "meta")
@@ -427,10 +425,10 @@ def build_stream(
     """
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
-    if kind not in _PROTOCOL_KINDS:
+    if kind not in PROTOCOL_KINDS:
         # What a quadruplet says (a pair closer than another pair) needs more than class labels.
         raise ValueError(
-            f"kind: the paper's protocol builds {' or '.join(_PROTOCOL_KINDS)} streams, got "
+            f"kind: the paper's protocol builds {' or '.join(PROTOCOL_KINDS)} streams, got "
             f"{kind!r}; a quadruplet stream comes from a label hierarchy "
             "(oahu.streams.build_hierarchy_stream)"
         )
