@@ -396,9 +396,11 @@ class OAHU(Learner):
             # now, the update goes on without them rather than retrying.
             return self._step_finite_only(block, self._as_numpy(finite[:n_new]))
         self._record_prequential(d_pos[:, :n_new], d_neg[:, :n_new])
+        # How the step weighs each depth's loss: by α (Eq. 21-22) or uniformly (ours).
+        weights = self._alpha if self.config.depth_weighting == "alpha" else 1.0 / self.n_depths
         kept = None
         if self._pacer is not None:
-            kept = self._pace(loss, f, n_new)
+            kept = self._pace(loss, weights, f, n_new)
             if not kept.all():  # the held-back constraints leave the step: no loss, no gradient
                 mask = np.ones(n_rows, dtype=np.float32)
                 mask[:n_new] = kept
@@ -409,7 +411,6 @@ class OAHU(Learner):
         # them are, there is nothing to step (the paper's ABTL is never all zero).
         if self.config.loss == "abtl" or bool(loss.any()):
             # ∂(mean_t Σ_l w(l) L(l)_t)/∂D, times ∂D/∂f: the unit difference vectors.
-            weights = self._alpha if self.config.depth_weighting == "alpha" else 1.0 / self.n_depths
             scale = (weights / n_rows) * xp.ones_like(self._alpha)
             coef = scale[:, None, None, None] * xp.stack([g_pos, g_neg], 1)[..., None]
             coef = coef / dists.clip(min=_DIST_EPS)
@@ -456,14 +457,14 @@ class OAHU(Learner):
         ):
             self._drift_pending = self._adaptation != ()
 
-    def _pace(self, loss: Any, f: Any, n_new: int) -> np.ndarray:
+    def _pace(self, loss: Any, weights: Any, f: Any, n_new: int) -> np.ndarray:
         """Which of the new constraints self-paced learning lets the step learn: each one's loss
-        as the step weighs the depths, and where its first item sits in depth 0."""
+        Σ_l w(l) L(l) with the step's depth ``weights``, and where its first item sits in
+        depth 0."""
         per_depth = loss[:, :n_new]
-        if self.config.depth_weighting == "alpha":
-            combined = (self._alpha[:, None] * per_depth).sum(0)
-        else:
-            combined = per_depth.mean(0)
+        # Uniform weights are a float: their weighted sum is the mean over depths.
+        uniform = isinstance(weights, float)
+        combined = per_depth.mean(0) if uniform else (weights[:, None] * per_depth).sum(0)
         positions = self._as_numpy(f[0, 0, :n_new])
         return self._pacer.select(np.asarray(self._as_numpy(combined), np.float64), positions)
 
@@ -474,17 +475,17 @@ class OAHU(Learner):
         embeddings (L+1, n_roles, T, E) of them, and refresh the cached embeddings of the mined
         ones (the last rows). Quadruplets reveal no classes, so the graph learns nothing from
         them."""
-        n_roles = block.shape[1]
+        n_new, n_roles = block.shape[:2]
+        embeddings = self._as_numpy(f)
+        fresh = embeddings[:, :, :n_new]
         if kept is not None and not kept.all():  # held back: kept out of the memories too
-            block = block[kept]
+            block, fresh = block[kept], fresh[:, :, kept]
         if self.config.replay and len(block):
             self._replay_for(n_roles).add(block)
         if not self.config.mined:
             return
-        embeddings = self._as_numpy(f)
         if n_roles == 3:
-            fresh = embeddings[:, :, : len(kept) if kept is not None else len(block)]
-            self._graph.observe(block, fresh if kept is None else fresh[:, :, kept])
+            self._graph.observe(block, fresh)
         else:  # the mined triplets sat in the step as (a, p, a, n)
             embeddings = embeddings[:, [0, 1, 3]]
         mined = embeddings[:, :, embeddings.shape[2] - len(slots) :]  # (L+1, 3, q, E)

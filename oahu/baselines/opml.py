@@ -119,20 +119,19 @@ class OPML(MahalanobisLearner):
             used[rows] = self.learn_triplets(items[rows], np.stack(positives), np.stack(negatives))
         return used
 
-    def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
+    def _learn_differences(self, near: np.ndarray, far: np.ndarray) -> np.ndarray:
+        # Triplets and quadruplets alike: the prequential outcomes of the call feed the drift
+        # detector.
         self._wrong = []
-        used = super()._learn_triplets(a, p, n)
+        used = super()._learn_differences(near, far)
         self._observe_mistakes(np.array(self._wrong, dtype=bool).reshape(-1, 1))
         return used
 
     def _learn_quadruplets(
         self, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray
     ) -> np.ndarray:
-        self._wrong = []
         near = a.astype(np.float64) - b.astype(np.float64)
-        used = self._learn_differences(near, c.astype(np.float64) - d.astype(np.float64))
-        self._observe_mistakes(np.array(self._wrong, dtype=bool).reshape(-1, 1))
-        return used
+        return self._learn_differences(near, c.astype(np.float64) - d.astype(np.float64))
 
     def _update_triplet(self, a: np.ndarray, b: np.ndarray) -> bool:
         ma, mb = sym_matvec(self._a, a), sym_matvec(self._a, b)
