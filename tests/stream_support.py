@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
-from oahu.streams.stream_file import OPTIONAL_FIELDS, ConstraintStream
+from oahu.streams.jsonl import write_jsonl
+from oahu.streams.stream_file import OPTIONAL_FIELDS, ConstraintStream, load_stream
 
 #: Every array a stream may hold, the optional ones included.
 STREAM_ARRAYS = ("X", "y", "dev_idx", "test_idx", "constraints", "similar", *OPTIONAL_FIELDS)
@@ -22,3 +26,16 @@ def assert_same_stream(a: ConstraintStream, b: ConstraintStream, meta: bool = Fa
     assert a.kind == b.kind
     if meta:
         assert a.meta == b.meta
+
+
+def round_trip_both_formats(stream: ConstraintStream) -> dict[str, ConstraintStream]:
+    """``stream`` saved as .npz and as .jsonl and loaded back, by suffix, each checked to hold
+    the same arrays and kind (:func:`assert_same_stream`)."""
+    loaded = {}
+    with tempfile.TemporaryDirectory() as folder:
+        stream.save(Path(folder) / "s.npz")
+        write_jsonl(stream, Path(folder) / "s.jsonl")
+        for suffix in (".npz", ".jsonl"):
+            loaded[suffix] = load_stream(Path(folder) / f"s{suffix}")
+            assert_same_stream(stream, loaded[suffix])
+    return loaded

@@ -4,7 +4,6 @@ both file formats, and ``oahu make-stream --drift``."""
 from __future__ import annotations
 
 import json
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stream_support import assert_same_stream
+from stream_support import assert_same_stream, round_trip_both_formats
 
 from oahu.cli.main import main
 from oahu.streams import build_drift_stream
@@ -577,13 +576,8 @@ def _streams(draw) -> ConstraintStream:
 @settings(max_examples=60, deadline=None)
 @given(stream=_streams())
 def test_every_field_round_trips_both_formats(stream):
-    with tempfile.TemporaryDirectory() as folder:
-        stream.save(Path(folder) / "s.npz")
-        write_jsonl(stream, Path(folder) / "s.jsonl")
-        for name in ("s.npz", "s.jsonl"):
-            loaded = load_stream(Path(folder) / name)
-            assert_same_stream(stream, loaded)
-            assert loaded.meta["n"] == stream.meta["n"]
+    for loaded in round_trip_both_formats(stream).values():
+        assert loaded.meta["n"] == stream.meta["n"]
 
 
 # ---------------------------------------------------------------------------- the command

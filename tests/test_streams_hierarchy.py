@@ -7,14 +7,12 @@ from __future__ import annotations
 import functools
 import json
 import math
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from stream_support import assert_same_stream
+from stream_support import assert_same_stream, round_trip_both_formats
 
 from oahu.cli.main import main
 from oahu.constraint_kinds import triplet_as_quadruplet
@@ -324,15 +322,10 @@ def _quadruplet_streams(draw) -> ConstraintStream:
 @settings(max_examples=80, deadline=None)
 @given(stream=_quadruplet_streams())
 def test_quadruplet_streams_round_trip_both_formats(stream):
-    with tempfile.TemporaryDirectory() as folder:
-        stream.save(Path(folder) / "s.npz")
-        write_jsonl(stream, Path(folder) / "s.jsonl")
-        for name in ("s.npz", "s.jsonl"):
-            loaded = load_stream(Path(folder) / name)
-            assert_same_stream(stream, loaded)
-            # .npz records the format version in meta; JSON Lines in its header.
-            version = {"format_version": 1} if name == "s.npz" else {}
-            assert loaded.meta == {**stream.meta, **version}
+    for suffix, loaded in round_trip_both_formats(stream).items():
+        # .npz records the format version in meta; JSON Lines in its header.
+        version = {"format_version": 1} if suffix == ".npz" else {}
+        assert loaded.meta == {**stream.meta, **version}
 
 
 @pytest.mark.parametrize("suffix", ["npz", "jsonl"])
