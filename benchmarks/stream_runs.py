@@ -35,12 +35,15 @@ def evaluate_on_stream(
 
 
 def cached_run(
-    path: Path, learner: tuple[str, dict[str, Any]], run: Callable[[], dict[str, Any]]
+    path: Path, learner: tuple[str, dict[str, Any]] | None, run: Callable[[], dict[str, Any]]
 ) -> dict[str, Any]:
     """The run stored at ``path`` if it was made with the parameters ``learner`` (registered
-    name, constructor parameters) has today; otherwise ``run()``, stored there."""
+    name, constructor parameters) has today, or whatever it holds when ``learner`` is None (a
+    reference outside the registry); otherwise ``run()``, stored there."""
     if path.exists():
         cached = json.loads(path.read_text())
+        if learner is None:
+            return cached
         name, params = learner
         probe = make_learner(name, 4, **params)
         if cached.get("learner_params") == json.loads(json.dumps(probe.get_params())):
