@@ -131,16 +131,44 @@ class ConstraintGraph:
         """Learn what triplets (n, 3, d) reveal, in order, and hold their items (with their
         embeddings, (n_depths, 3, n, E)) as reservoir sampling decides."""
         keys = row_keys(triplets)
+        held: list[tuple[int, int, int]] = []  # (slot, triplet, role) of each held mention
+        # The hot loop of a micro-batch step (one pass of Python per triplet): bound names and
+        # the common cases (an item already held, a component that is its own root) inline.
+        known, parent, slot_of, mention = self.known, self.parent, self.slot_of, self._mention
         for i, (ka, kp, kn) in enumerate(keys.tolist()):
-            for key in (ka, kp, kn):  # may forget old items and renumber components
-                self._mention(key)
-            a, p, n = (self._find(self.known[key]) for key in (ka, kp, kn))
+            mention(ka)  # may forget old items and renumber components
+            mention(kp)
+            mention(kn)
+            if known is not self.known:  # renumbered: the maps were rebuilt
+                known, parent = self.known, self.parent
+            a, p, n = known[ka], known[kp], known[kn]
+            if a in parent:
+                a = self._find(a)
+            if p in parent:
+                p = self._find(p)
             a = self._merge(a, p)
             # similar(x, x+) and dissimilar(x, x−) give dissimilar(x+, x−) and more: the link
             # joins whole components.
-            self._link(a, self._find(n))
+            self._link(a, self._find(n) if n in parent else n)
             for role, key in enumerate((ka, kp, kn)):
-                self._hold(key, triplets[i, role], embeddings[:, role, i])
+                slot = slot_of.get(key)
+                if slot is None:
+                    slot = self._hold(key)
+                if slot is not None:
+                    held.append((slot, i, role))
+        if held:
+            self._store(np.asarray(held, dtype=np.int64), triplets, embeddings)
+
+    def _store(self, held: np.ndarray, triplets: np.ndarray, embeddings: np.ndarray) -> None:
+        """Write the rows and embeddings of the held mentions ``held`` (m, 3: slot, triplet,
+        role) in one step per array: a slot mentioned more than once gets its last mention,
+        as writing them one by one in stream order would (a slot's item changes only when a
+        newer mention takes it, and every mention of an item has the same row)."""
+        slots = held[:, 0]
+        _, from_end = np.unique(slots[::-1], return_index=True)
+        last = held[len(held) - 1 - from_end]
+        self.rows[last[:, 0]] = triplets[last[:, 1], last[:, 2]]
+        self.embeddings[:, last[:, 0]] = embeddings[:, last[:, 2], last[:, 1]]
 
     def _find(self, component: int) -> int:
         parent = self.parent
@@ -193,9 +221,9 @@ class ConstraintGraph:
         self.parent = {}
         self.next_component = len(renumber)
 
-    def _hold(self, key: int, row: np.ndarray, embedding: np.ndarray) -> None:
-        """Cache the item's embedding if it is held, else place it if reservoir sampling says
-        so."""
+    def _hold(self, key: int) -> int | None:
+        """The item's slot if it is held, after placing it if it is new and reservoir sampling
+        says so; None if it is not held. The caller writes the slot's row and embedding."""
         slot = self.slot_of.get(key)
         if slot is None:
             self.seen += 1
@@ -205,15 +233,14 @@ class ConstraintGraph:
             else:
                 slot = int(self.rng.integers(0, self.seen))
                 if slot >= self.capacity:
-                    return
+                    return None
                 self._release(slot)
             root = self._find(self.known[key])
             self.keys[slot] = key
-            self.rows[slot] = row
             self.component[slot] = root
             self.members[root] = self.members.get(root, 0) + 1
             self.slot_of[key] = slot
-        self.embeddings[:, slot] = embedding
+        return slot
 
     def _release(self, slot: int) -> None:
         """Stop holding the item in ``slot`` (it stays known)."""
