@@ -22,8 +22,11 @@ every step up to it kept p99 within ``--target-ms``.
 
 The learner keeps consuming the stream through every phase: each phase reports the constraints it
 learned per second, the CPU seconds of the serving process, the learner process and this client,
-the load average, and the serving process's longest garbage collection; a phase that ends with
-the stream exhausted is flagged. Client, server and learner share the machine's cores.
+the load average, the CPU time the hypervisor stole from the machine, and from the service's own
+metrics the longest garbage collection, event-loop lag and pause of the serving process and its
+stalls of 100 ms or more per thread (the service logs each stall with the stack it happened in);
+a phase that ends with the stream exhausted is flagged. Client, server and learner share the
+machine's cores.
 
     python benchmarks/serve_latency.py                                # the issue's setting
     python benchmarks/serve_latency.py --rates 100 200 300 --seconds 20 --repeats 3
@@ -229,25 +232,61 @@ async def fixed_rate(
     return rec
 
 
-def gc_buckets(base: str) -> dict[float, float] | None:
-    """The serving process's garbage collections so far, as cumulative counts per upper bound
-    of ``oahu_gc_pause_seconds`` (all generations); None for a service without it."""
-    counts: dict[float, float] = {}
+def scrape(base: str) -> dict[str, Any]:
+    """What a phase compares before and after from the service's /metrics: cumulative counts per
+    upper bound of its garbage-collection pauses (all generations), event-loop lags and
+    process pauses, and its stall counters per thread (each empty if the service lacks it)."""
+    histograms = {
+        "gc": "oahu_gc_pause_seconds_bucket",
+        "loop_lag": "oahu_event_loop_lag_seconds_bucket",
+        "pause": "oahu_serving_pause_seconds_bucket",
+    }
+    out: dict[str, Any] = {name: {} for name in [*histograms, "stalls"]}
     for line in httpx.get(base + "/metrics", timeout=10).text.splitlines():
-        if line.startswith("oahu_gc_pause_seconds_bucket"):
-            le = float(line.split('le="')[1].split('"')[0])
-            counts[le] = counts.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
-    return counts or None
+        for name, prefix in histograms.items():
+            if line.startswith(prefix):
+                le = float(line.split('le="')[1].split('"')[0])
+                out[name][le] = out[name].get(le, 0.0) + float(line.rsplit(" ", 1)[1])
+        if line.startswith("oahu_serving_stalls_total{"):
+            thread = line.split('thread="')[1].split('"')[0]
+            out["stalls"][thread] = float(line.rsplit(" ", 1)[1])
+    return out
 
 
-def gc_summary(before: dict[float, float] | None, after: dict[float, float] | None) -> Any:
-    """How many collections a phase had, and the bound its longest one stayed within (ms)."""
-    if before is None or after is None:
+def longest(before: dict[float, float], after: dict[float, float]) -> Any:
+    """How many observations a phase added to a histogram, and the bound its longest one stayed
+    within (ms); None for a histogram the service does not have."""
+    if not after:
         return None
     delta = sorted((le, after[le] - before.get(le, 0.0)) for le in after)
     total = delta[-1][1]
-    longest = next(le for le, count in delta if count >= total) if total else 0.0
-    return {"collections": int(total), "longest_within_ms": longest * 1000}
+    bound = next(le for le, count in delta if count >= total) if total else 0.0
+    return {"count": int(total), "longest_within_ms": bound * 1000}
+
+
+def stall_summary(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """A phase's garbage collections, event-loop lags, process pauses and stalls (of 100 ms or
+    more, per thread: the service logs each with its stack)."""
+    return {
+        "serving_gc": longest(before["gc"], after["gc"]),
+        "event_loop_lag": longest(before["loop_lag"], after["loop_lag"]),
+        "serving_pause": longest(before["pause"], after["pause"]),
+        "stalls": {t: n - before["stalls"].get(t, 0.0) for t, n in after["stalls"].items()},
+    }
+
+
+def steal_seconds() -> float:
+    """CPU time the hypervisor gave to others while this machine's vCPUs were ready to run
+    (all CPUs, from /proc/stat): a stall that coincides with it is not the service's."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(fields[8]) / CLOCK_TICKS if len(fields) > 8 else 0.0
+
+
+def cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor()
 
 
 def phase(
@@ -262,10 +301,12 @@ def phase(
     before = httpx.get(base + "/v1/model", timeout=10).json()
     cpu0 = (cpu_seconds(server_pid), cpu_seconds(learner or server_pid), resource.getrusage(0))
     load = os.getloadavg()[0]
-    gc_before = gc_buckets(base)
+    scraped = scrape(base)
+    steal = steal_seconds()
     started = time.perf_counter()
     rec = run()
     elapsed = time.perf_counter() - started
+    stolen = steal_seconds() - steal
     cpu1 = (cpu_seconds(server_pid), cpu_seconds(learner or server_pid), resource.getrusage(0))
     after = httpx.get(base + "/v1/model", timeout=10).json()
     learned = after["constraints_consumed"] - before["constraints_consumed"]
@@ -282,7 +323,8 @@ def phase(
             "client": client_cpu / elapsed,
         },
         "load_average_1m_before": load,
-        "serving_gc": gc_summary(gc_before, gc_buckets(base)),
+        "steal_cores": stolen / elapsed,
+        **stall_summary(scraped, scrape(base)),
     }
     if after["lag"] and result["stream_left_after"] == 0:
         result["warning"] = "the stream ran out during this phase: use a longer --constraints"
@@ -432,7 +474,11 @@ def main() -> None:
         },
         "phases": phases,
         "service_exit_code": exit_code,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "cpu": cpu_model(),
+            "python": platform.python_version(),
+        },
         "commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
         ).stdout.strip(),

@@ -21,6 +21,7 @@ from oahu.connectors.dead_letter import DEAD_LETTER_REASONS
 from oahu.learner import SKIP_DEGENERATE, SKIP_NON_FINITE, Diagnostic, Learner
 
 _FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
+_STALL = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _SLOW = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CHECKPOINT_TIME = "oahu_checkpoint_timestamp_seconds"
 
@@ -277,6 +278,32 @@ class ServiceMetrics:
         )
         for generation in range(3):  # every series from the start
             self.gc_pause_seconds.labels(generation=str(generation))
+        # oahu.service.serving.stalls
+        self.event_loop_lag = Histogram(
+            "oahu_event_loop_lag_seconds",
+            "How late the HTTP event loop ran a callback due every 10 ms: time it spent on "
+            "something else, or could not run.",
+            buckets=_STALL,
+            registry=r,
+        )
+        self.serving_pause = Histogram(
+            "oahu_serving_pause_seconds",
+            "How late a watchdog thread woke (every 10 ms): time no thread of the serving "
+            "process could run Python (a garbage collection, the GIL held by a long C call, no "
+            "CPU for the process).",
+            buckets=_STALL,
+            registry=r,
+        )
+        self.serving_stalls = Counter(
+            "oahu_serving_stalls",
+            "Stalls of 100 ms or more: the HTTP event loop ('http') or the query worker "
+            "('queries') stuck, or the whole serving process ('process'); each is logged, with "
+            "the stuck thread's stack.",
+            ["thread"],
+            registry=r,
+        )
+        for thread in ("http", "queries", "process"):
+            self.serving_stalls.labels(thread=thread)
         # ---- active learning (POST /v1/suggest)
         self.suggestions = Counter(
             "oahu_suggestions",

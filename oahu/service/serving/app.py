@@ -10,6 +10,7 @@ service exits 0.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import signal
 import sys
@@ -38,6 +39,7 @@ from oahu.service.serving.inputs import SUGGEST_STRATEGIES
 from oahu.service.serving.process import LearnerProcess
 from oahu.service.serving.queries import QueryEngine
 from oahu.service.serving.snapshot import SnapshotPublisher
+from oahu.service.serving.stalls import StallWatch
 from oahu.service.serving.suggest import Suggester, SuggestionSink
 from oahu.service.status import model_status
 from oahu.threads import use_native_threads
@@ -132,7 +134,11 @@ class Service:
         self.catalog.on_change = self.learning.forward
         self.metrics.learner_report_age.set_function(lambda: self.learning.report_age or 0.0)
         self.metrics.source_contact_age.set_function(self._source_contact_age)
-        self.engine = QueryEngine(self.publisher, max_batch_rows=max(config.max_batch_items, 1))
+        m = self.metrics
+        self.stalls = StallWatch(m.event_loop_lag, m.serving_pause, m.serving_stalls)
+        self.engine = QueryEngine(
+            self.publisher, max_batch_rows=max(config.max_batch_items, 1), stalls=self.stalls
+        )
         self.suggester = Suggester(
             self.publisher, self.catalog, SuggestionSink.of(config, self.metrics)
         )
@@ -247,6 +253,7 @@ class Service:
         self.publisher.submit(learner_to_bytes(self.learner, queries_only=True))
         self.engine.start()
         self.suggester.start()
+        self.stalls.start()
         self.learning.start()
 
     def shutdown(self) -> None:
@@ -256,6 +263,7 @@ class Service:
         self.engine.stop()
         self.suggester.stop()
         self.publisher.stop()
+        self.stalls.stop()
         self.gc_pauses.close()
 
     def run(self, install_signals: bool = True) -> int:
@@ -267,7 +275,16 @@ class Service:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop_event.set())
         host, port = self.config.http_host_port()
-        server = uvicorn.Server(
+        stalls = self.stalls
+
+        class Server(uvicorn.Server):
+            async def startup(self, sockets: Any = None) -> None:
+                await super().startup(sockets)
+                stalls.attach_loop(asyncio.get_running_loop())  # its beat, from now on
+
+        # http and loop stay "auto": httptools and uvloop (dependencies) where they install,
+        # h11 and asyncio otherwise.
+        server = Server(
             uvicorn.Config(
                 self.app,
                 host=host,

@@ -21,6 +21,7 @@ import numpy as np
 
 from oahu.inference import classify, retrieve, verify
 from oahu.service.serving.snapshot import Snapshot, SnapshotPublisher
+from oahu.service.serving.stalls import StallWatch
 from oahu.threads import use_native_threads
 
 OPERATIONS = ("embed", "classify", "retrieve", "verify")
@@ -70,9 +71,15 @@ class QueryEngine:
     >>> engine.stop(); pub.stop()
     """
 
-    def __init__(self, publisher: SnapshotPublisher, max_batch_rows: int = 4096) -> None:
+    def __init__(
+        self,
+        publisher: SnapshotPublisher,
+        max_batch_rows: int = 4096,
+        stalls: StallWatch | None = None,
+    ) -> None:
         self.publisher = publisher
         self.max_batch_rows = max_batch_rows
+        self.stalls = stalls  # told when the worker starts and ends answering
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="oahu-queries", daemon=True)
 
@@ -115,8 +122,12 @@ class QueryEngine:
             groups: dict[tuple[str, Any], list[_Job]] = defaultdict(list)
             for job in jobs:
                 groups[(job.op, job.param)].append(job)
+            if self.stalls is not None:
+                self.stalls.begin("queries")
             for (op, param), group in groups.items():
                 self._answer(op, param, group)
+            if self.stalls is not None:
+                self.stalls.end("queries")
             if stopping:
                 return
 
