@@ -10,8 +10,12 @@ through the API trigger a rebuild too.
 
 Re-embedding a large gallery is the most expensive thing the serving process does (0.64 s for
 35,000 Fashion-MNIST items with the default learner), so the builder takes at most
-``MAX_BUILD_SHARE`` of a core: after a build of t seconds it waits t·(1/share − 1) before the
-next, the newest state replacing older ones meanwhile. Its thread also runs at
+``MAX_BUILD_SHARE`` of a core: after a build of t seconds' work it waits t·(1/share − 1) before
+the next, the newest state replacing older ones meanwhile. Within a build it embeds the gallery
+``GALLERY_SLICE`` items at a time and rests as long as each slice took (``BURST_SHARE``): on two
+cores shared with the learner, a rebuild taking a core for half a second at once held queries up
+by 25-50 ms (the hypervisor stole CPU time meanwhile), in slices it did not (benchmarks/README.md,
+"Serving latency"). Its thread also runs at
 ``BUILDER_NICENESS`` (as the learner process does): when the cores run short, queries come
 first and the snapshot follows the model a little later.
 
@@ -27,6 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +47,10 @@ from oahu.threads import lower_thread_priority, use_native_threads
 log = logging.getLogger(__name__)
 
 MAX_BUILD_SHARE = 0.1
+# While it builds, the builder works at most this share of the time, in slices of
+# GALLERY_SLICE items: a rebuild's bursts of CPU stay short.
+BURST_SHARE = 0.5
+GALLERY_SLICE = 8192
 BUILDER_NICENESS = 10
 RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
@@ -83,6 +92,30 @@ def gallery_arrays(catalog: Catalog, cached: GalleryArrays | None = None) -> Gal
     return (version, *catalog.gallery.snapshot())
 
 
+def embed_gallery(
+    learner: Learner, x: np.ndarray, rest: Callable[[float], None] | None = None
+) -> np.ndarray:
+    """The gallery's embeddings, (n_depths, n, dim): with ``rest``, ``GALLERY_SLICE`` items at a
+    time, calling ``rest(seconds the slice took)`` after each, so that the caller can pause
+    between slices rather than take a core for the whole gallery at once.
+
+    A slice is a multiple of OAHU's own embedding chunk and its preprocessing treats each row on
+    its own, so OAHU's slices give the embeddings of one call to the bit.
+    """
+    if rest is None or len(x) <= GALLERY_SLICE:
+        return learner.embed(x, role="gallery")
+    out: np.ndarray | None = None
+    for start in range(0, len(x), GALLERY_SLICE):
+        started = time.perf_counter()
+        part = learner.embed(x[start : start + GALLERY_SLICE], role="gallery")
+        if out is None:
+            out = np.empty((part.shape[0], len(x), part.shape[2]), dtype=part.dtype)
+        out[:, start : start + part.shape[1]] = part
+        rest(time.perf_counter() - started)
+    assert out is not None
+    return out
+
+
 def build_snapshot(
     state: bytes | Learner,
     catalog: Catalog,
@@ -90,10 +123,12 @@ def build_snapshot(
     index: str = "exact",
     nprobe: int = 16,
     gallery: GalleryArrays | None = None,
+    rest: Callable[[float], None] | None = None,
 ) -> Snapshot:
     """Read the model from ``state`` (or reuse an already read learner) and index the gallery
     (``gallery_arrays(catalog)`` unless given) with it: ``index`` is a kind of
-    :func:`oahu.inference.make_index` ("exact": the paper's kNN; "ivf" with ``nprobe``).
+    :func:`oahu.inference.make_index` ("exact": the paper's kNN; "ivf" with ``nprobe``); ``rest``
+    paces the gallery's embedding (:func:`embed_gallery`).
 
     >>> from oahu.service.catalog import ItemStore
     >>> import tempfile, pathlib
@@ -110,7 +145,7 @@ def build_snapshot(
     gallery_version, ids, X, y = gallery or gallery_arrays(catalog)
     id_array = np.empty(len(ids), dtype=object)
     id_array[:] = ids
-    emb = learner.embed(X, role="gallery") if ids else None
+    emb = embed_gallery(learner, X, rest) if ids else None
     gallery_index = (
         None if emb is None else make_index(index, emb, y, learner.metric, id_array, nprobe)
     )
@@ -241,14 +276,21 @@ class SnapshotPublisher:
         else:
             return
         started = time.perf_counter()
+        rested = [0.0]
+
+        def rest(worked: float) -> None:  # a burst of work, then as long again of rest
+            pause = worked * (1 / BURST_SHARE - 1)
+            time.sleep(pause)
+            rested[0] += pause
+
         version = (current.version + 1) if current else 1
         self._gallery = gallery_arrays(self.catalog, self._gallery)
         snapshot = build_snapshot(
-            source, self.catalog, version, self.index, self.nprobe, self._gallery
+            source, self.catalog, version, self.index, self.nprobe, self._gallery, rest
         )
         self.current = snapshot  # one reference swap: readers see the old or the new one
         self.error, self.failures = None, 0
-        took = time.perf_counter() - started
+        took = time.perf_counter() - started - rested[0]
         self._next_build_at = time.monotonic() + took * (1 / MAX_BUILD_SHARE - 1)
         self.metrics.reindex_seconds.observe(took)
         self.metrics.reindex_time.set(snapshot.created)
