@@ -30,6 +30,8 @@ import numpy as np
 import torch
 
 _NO_COMPONENT = -1
+# Up to this many held mentions per block are written one by one, in stream order.
+_WRITE_IN_ORDER = 12
 
 
 def row_keys(rows: np.ndarray) -> np.ndarray:
@@ -157,16 +159,24 @@ class ConstraintGraph:
                 if slot is not None:
                     held.append((slot, i, role))
         if held:
-            self._store(np.asarray(held, dtype=np.int64), triplets, embeddings)
+            self._store(held, triplets, embeddings)
 
-    def _store(self, held: np.ndarray, triplets: np.ndarray, embeddings: np.ndarray) -> None:
-        """Write the rows and embeddings of the held mentions ``held`` (m, 3: slot, triplet,
-        role) in one step per array: a slot mentioned more than once gets its last mention,
-        as writing them one by one in stream order would (a slot's item changes only when a
-        newer mention takes it, and every mention of an item has the same row)."""
-        slots = held[:, 0]
-        _, from_end = np.unique(slots[::-1], return_index=True)
-        last = held[len(held) - 1 - from_end]
+    def _store(
+        self, held: list[tuple[int, int, int]], triplets: np.ndarray, embeddings: np.ndarray
+    ) -> None:
+        """Write the rows and embeddings of the held mentions ``held`` ((slot, triplet, role)
+        each), for a micro-batch in one step per array: a slot mentioned more than once gets
+        its last mention, as writing them one by one in stream order would (a slot's item
+        changes only when a newer mention takes it, and every mention of an item has the same
+        row)."""
+        if len(held) <= _WRITE_IN_ORDER:  # a strict step's few rows: sorting costs more
+            for slot, i, role in held:
+                self.rows[slot] = triplets[i, role]
+                self.embeddings[:, slot] = embeddings[:, role, i]
+            return
+        mentions = np.asarray(held, dtype=np.int64)
+        _, from_end = np.unique(mentions[::-1, 0], return_index=True)
+        last = mentions[len(mentions) - 1 - from_end]
         self.rows[last[:, 0]] = triplets[last[:, 1], last[:, 2]]
         self.embeddings[:, last[:, 0]] = embeddings[:, last[:, 2], last[:, 1]]
 

@@ -137,3 +137,25 @@ def test_an_item_keeps_the_embedding_of_its_latest_mention(per_call: int) -> Non
     assert g.embeddings[0, slot].tolist() == embeddings[0, 0, 2].tolist()
     slot = g.slot_of[int(row_keys(np.float32([[1.0]]))[0])]  # positive of 0, anchor of 1
     assert g.embeddings[0, slot].tolist() == embeddings[0, 0, 1].tolist()
+
+
+@pytest.mark.parametrize("per_call", [2, 5, 64])
+def test_a_micro_batch_holds_what_one_triplet_at_a_time_holds(per_call: int) -> None:
+    """Blocks of more than a few triplets write their held rows and embeddings in one step (the
+    last mention of a slot wins); with a reservoir of 16 among ~100 items, slots change hands
+    within a block, and everything held, known and drawn matches triplets fed one by one."""
+    rng = np.random.default_rng(5)
+    values = rng.integers(0, 100, size=(300, 3)).astype(np.float32)
+    rows = values[:, :, None]
+    embeddings = rng.normal(size=(1, 3, 300, 2)).astype(np.float32)
+    one, batched = graph(capacity=16, seed=9), graph(capacity=16, seed=9)
+    for i in range(300):
+        one.observe(rows[i : i + 1], embeddings[:, :, i : i + 1])
+    for start in range(0, 300, per_call):
+        stop = start + per_call
+        batched.observe(rows[start:stop], embeddings[:, :, start:stop])
+    assert batched.size == one.size == 16 and batched.seen == one.seen
+    assert np.array_equal(batched.keys, one.keys) and np.array_equal(batched.rows, one.rows)
+    assert np.array_equal(batched.embeddings, one.embeddings)
+    assert np.array_equal(batched.component, one.component) and batched.known == one.known
+    assert batched.rng.integers(0, 2**32) == one.rng.integers(0, 2**32)
