@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 from service_support import ServiceProcess, make_stream, wait_until
 
@@ -143,3 +144,41 @@ def test_oahu_run_exports_the_loop_lag_and_the_stall_counters(tmp_path):
         assert any(s.startswith("oahu_serving_pause_seconds_count") for s in lines)
     finally:
         assert service.terminate() == 0, service.output()
+
+
+def test_the_query_engine_tells_the_watch_when_it_answers(watched, caplog, monkeypatch, tmp_path):
+    """The query worker's groups are marked: one answered slowly is a 'queries' stall whose
+    logged stack reaches the slow code; the requests are answered all the same."""
+    from oahu.persistence import learner_to_bytes
+    from oahu.registry import make_learner
+    from oahu.service.catalog import Catalog, ItemStore
+    from oahu.service.serving import queries as queries_module
+    from oahu.service.serving.queries import QueryEngine
+    from oahu.service.serving.snapshot import SnapshotPublisher
+
+    watch, metrics = watched
+    gallery = ItemStore(dim=2)
+    gallery.add(["a", "b"], [[1, 0], [0, 1]], y=[0, 1])
+    publisher = SnapshotPublisher(Catalog(ItemStore(dim=2), gallery, tmp_path / "o.npz"), metrics)
+    publisher.start()
+    publisher.submit(learner_to_bytes(make_learner("euclidean", 2)))
+    assert publisher.wait_for(1, timeout=10)
+    compute = queries_module._compute
+
+    def compute_slowly(*args: object) -> object:
+        time.sleep(0.3)
+        return compute(*args)
+
+    monkeypatch.setattr(queries_module, "_compute", compute_slowly)
+    engine = QueryEngine(publisher, stalls=watch)
+    engine.start()
+    try:
+        with caplog.at_level(logging.WARNING, logger="oahu.service.serving.stalls"):
+            result, _ = engine.submit("classify", np.array([[0.9, 0.1]]), 1).result(timeout=10)
+        assert result["labels"].tolist() == [0]
+        assert stalls(metrics, "queries") == 1.0
+        (busy,) = [r.getMessage() for r in caplog.records if "query worker busy" in r.getMessage()]
+        assert "compute_slowly" in busy
+    finally:
+        engine.stop()
+        publisher.stop()

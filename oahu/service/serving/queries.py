@@ -124,10 +124,12 @@ class QueryEngine:
                 groups[(job.op, job.param)].append(job)
             if self.stalls is not None:
                 self.stalls.begin("queries")
-            for (op, param), group in groups.items():
-                self._answer(op, param, group)
-            if self.stalls is not None:
-                self.stalls.end("queries")
+            try:
+                for (op, param), group in groups.items():
+                    self._answer(op, param, group)
+            finally:
+                if self.stalls is not None:
+                    self.stalls.end("queries")
             if stopping:
                 return
 
