@@ -74,10 +74,12 @@ def service(bootstrap: str, topic: str, group: str, stream: Path, state: Path, *
     )  # fmt: skip
 
 
-def read_topic(bootstrap: str, topic: str, n: int) -> list:
+def read_topic(bootstrap: str, topic: str, n: int, timeout_ms: int = 10_000) -> list:
+    """Up to ``n`` records of ``topic`` from its start (fewer if none comes for
+    ``timeout_ms``)."""
     consumer = KafkaConsumer(
         topic, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
-        consumer_timeout_ms=10_000,
+        consumer_timeout_ms=timeout_ms,
     )  # fmt: skip
     records = []
     for record in consumer:

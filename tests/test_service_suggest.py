@@ -10,7 +10,6 @@ import json
 import math
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -438,20 +437,17 @@ def test_service_metrics_without_strategies_still_render() -> None:
 def test_questions_are_published_answered_by_id_and_learned(kafka_bootstrap, tmp_path) -> None:
     """The loop: the service suggests and publishes; a tool reads a question, a person answers,
     the answer goes to the input topic as an ordinary triplet message by id and is learned."""
-    from kafka import KafkaConsumer
-    from kafka.admin import KafkaAdminClient, NewTopic
+    from test_service_kafka import create_topic, read_topic, unique
 
     from oahu.connectors.kafka_sink import KafkaSink
 
     stream_file = make_stream(tmp_path, 100, seed=4)
     stream = ConstraintStream.load(stream_file)
-    tag = uuid.uuid4().hex[:8]
-    source, questions_topic = f"suggest-in-{tag}", f"suggest-out-{tag}"
-    admin = KafkaAdminClient(bootstrap_servers=kafka_bootstrap)
-    admin.create_topics([NewTopic(source, 1, 1), NewTopic(questions_topic, 1, 1)])
-    admin.close()
+    source, questions_topic, group = unique("suggest-in"), unique("suggest-out"), unique("g")
+    for topic in (source, questions_topic):
+        create_topic(kafka_bootstrap, topic, 1)
     proc = ServiceProcess(
-        ["--source", f"kafka://{kafka_bootstrap}/{source}?group=g-{tag}", "--items",
+        ["--source", f"kafka://{kafka_bootstrap}/{source}?group={group}", "--items",
          str(stream_file), "--gallery", str(stream_file), "--checkpoint-dir",
          str(tmp_path / "state"), "--reindex-interval", "0.2", "--suggest-topic",
          questions_topic],
@@ -468,16 +464,7 @@ def test_questions_are_published_answered_by_id_and_learned(kafka_bootstrap, tmp
         assert response is not None and response.status_code == 200, response.text
         answer = response.json()
         assert answer["published_to"] == questions_topic
-        consumer = KafkaConsumer(
-            questions_topic, bootstrap_servers=kafka_bootstrap, auto_offset_reset="earliest",
-            consumer_timeout_ms=20_000,
-        )  # fmt: skip
-        records = []
-        for record in consumer:
-            records.append(record)
-            if len(records) == 12:
-                break
-        consumer.close()
+        records = read_topic(kafka_bootstrap, questions_topic, 12, timeout_ms=20_000)
         assert len(records) == 12
         published = [json.loads(r.value) for r in records]
         assert {r.key for r in records} == {answer["request"].encode()}
