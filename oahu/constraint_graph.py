@@ -155,7 +155,7 @@ class ConstraintGraph:
             for role, key in enumerate((ka, kp, kn)):
                 slot = slot_of.get(key)
                 if slot is None:
-                    slot = self._hold(key)
+                    slot = self._place(key)
                 if slot is not None:
                     held.append((slot, i, role))
         if held:
@@ -231,25 +231,23 @@ class ConstraintGraph:
         self.parent = {}
         self.next_component = len(renumber)
 
-    def _hold(self, key: int) -> int | None:
-        """The item's slot if it is held, after placing it if it is new and reservoir sampling
-        says so; None if it is not held. The caller writes the slot's row and embedding."""
-        slot = self.slot_of.get(key)
-        if slot is None:
-            self.seen += 1
-            if self.size < self.capacity:
-                slot = self.size
-                self.size += 1
-            else:
-                slot = int(self.rng.integers(0, self.seen))
-                if slot >= self.capacity:
-                    return None
-                self._release(slot)
-            root = self._find(self.known[key])
-            self.keys[slot] = key
-            self.component[slot] = root
-            self.members[root] = self.members.get(root, 0) + 1
-            self.slot_of[key] = slot
+    def _place(self, key: int) -> int | None:
+        """Hold an item not held yet if reservoir sampling says so: its slot, or None. The
+        caller writes the slot's row and embedding."""
+        self.seen += 1
+        if self.size < self.capacity:
+            slot = self.size
+            self.size += 1
+        else:
+            slot = int(self.rng.integers(0, self.seen))
+            if slot >= self.capacity:
+                return None
+            self._release(slot)
+        root = self._find(self.known[key])
+        self.keys[slot] = key
+        self.component[slot] = root
+        self.members[root] = self.members.get(root, 0) + 1
+        self.slot_of[key] = slot
         return slot
 
     def _release(self, slot: int) -> None:
