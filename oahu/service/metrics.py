@@ -21,7 +21,6 @@ from oahu.connectors.dead_letter import DEAD_LETTER_REASONS
 from oahu.learner import SKIP_DEGENERATE, SKIP_NON_FINITE, Diagnostic, Learner
 
 _FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
-_STALL = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _SLOW = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 CHECKPOINT_TIME = "oahu_checkpoint_timestamp_seconds"
 
@@ -283,7 +282,7 @@ class ServiceMetrics:
             "oahu_event_loop_lag_seconds",
             "How late the HTTP event loop ran a callback due every 10 ms: time it spent on "
             "something else, or could not run.",
-            buckets=_STALL,
+            buckets=_SLOW,
             registry=r,
         )
         self.serving_pause = Histogram(
@@ -291,7 +290,7 @@ class ServiceMetrics:
             "How late a watchdog thread woke (every 10 ms): time no thread of the serving "
             "process could run Python (a garbage collection, the GIL held by a long C call, no "
             "CPU for the process).",
-            buckets=_STALL,
+            buckets=_SLOW,
             registry=r,
         )
         self.serving_stalls = Counter(
