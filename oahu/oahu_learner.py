@@ -451,10 +451,14 @@ class OAHU(Learner):
             self._mistakes = 1.0 - correct.float().mean(1)
         correct, combined = self._as_numpy(correct).T, self._as_numpy(combined)
         self.prequential.update(correct, combined)
-        # A learner that does not detect does not pay for the mistake matrix either.
-        if self.drift is not None and self._observe_mistakes(
-            ~np.concatenate([combined[:, None], correct], axis=1)
-        ):
+        # A learner that does not detect does not pay for the mistake matrix either. With one
+        # depth the combined metric is that depth, and it is watched once.
+        if self.drift is None:
+            return
+        outcomes = (
+            np.concatenate([combined[:, None], correct], axis=1) if self.n_depths > 1 else correct
+        )
+        if self._observe_mistakes(~outcomes):
             self._drift_pending = self._adaptation != ()
 
     def _pace(self, loss: Any, weights: Any, f: Any, n_new: int) -> np.ndarray:

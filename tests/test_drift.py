@@ -233,6 +233,15 @@ def test_oahu_detects_a_contradicting_concept_and_adapts_at_that_constraint():
     assert model.summary()["drift_events"][0]["constraint"] == at
 
 
+def test_a_linear_oahu_watches_its_one_depth_as_the_combined_metric():
+    model = digits_oahu(n_hidden_layers=0)  # one depth: no per-depth signal beside it
+    assert model.drift.signals == (COMBINED,)
+    learn_stream(model, BEFORE)
+    learn_stream(model, AFTER[:500])
+    assert [e.signal for e in model.drift_events] == [COMBINED]
+    assert 1500 <= model.drift_events[0].suspected_at < 1700
+
+
 def test_without_adaptation_oahu_only_reports():
     adapting, reporting = digits_oahu(), digits_oahu(drift_adaptation="none")
     for model in (adapting, reporting):
