@@ -306,7 +306,8 @@ class ConstraintGraph:
         for anchor in self.rng.integers(0, self.size, size=k).tolist():
             own = int(held[anchor])
             linked = self.links.get(own)
-            if not linked:
+            # Without another held item of its component there is no positive: skip the scan.
+            if not linked or self.members[own] < 2:
                 continue
             positives = np.flatnonzero(held == own)
             positives = positives[positives != anchor]

@@ -33,6 +33,7 @@ from oahu.arrays import (
     relu_,
     relu_backward,
     row_norms,
+    times_transposed,
 )
 from oahu.config import OAHUConfig
 
@@ -173,12 +174,12 @@ class MultiDepthNetwork:
         hidden = []
         h = x
         for w, b in zip(weights, biases, strict=True):
-            h = relu_(h @ w.T + b)
+            h = relu_(times_transposed(h, w) + b)
             hidden.append(h)
-        raw0 = (x @ head0.T)[None]
+        raw0 = times_transposed(x, head0)[None]
         if hidden:
             stacked = xp.stack(hidden)
-            deep = stacked @ heads.swapaxes(1, 2)
+            deep = times_transposed(stacked, heads)
             if self.residual:
                 deep += raw0
             raw = concat([raw0, deep], axis=0)

@@ -4,7 +4,15 @@ import numpy as np
 import pytest
 import torch
 
-from oahu.arrays import add_batched_outer_, add_outer_, host_view, relu_backward, row_norms
+from oahu.arrays import (
+    add_batched_outer_,
+    add_outer_,
+    host_view,
+    relu_backward,
+    row_norms,
+    times_transposed,
+)
+from oahu.threads import blas_threads
 
 
 def test_add_outer_is_in_place_and_equals_the_product() -> None:
@@ -58,3 +66,19 @@ def test_row_norms_and_relu_backward_agree_across_libraries() -> None:
         [7.0, 0.0],
         [0.0, 10.0],
     ]
+
+
+@pytest.mark.parametrize("shape", [(128, 200), (200, 200), (1, 200, 128)])
+def test_times_transposed_equals_the_plain_product_to_the_bit_in_c_order(shape) -> None:
+    # The network's forward pass takes it for x·Wᵀ: a learner's model must not depend on which
+    # of the two BLAS calls a row count picks, and what is computed next must see C order.
+    rng = np.random.default_rng(2)
+    w = rng.standard_normal(shape, dtype=np.float32)
+    with blas_threads(1):
+        for m in (1, 3, 8, 9, 12, 16, 57, 128, 129, 777):
+            x = rng.standard_normal((*shape[:-2], m, shape[-1]), dtype=np.float32)
+            out = times_transposed(x, w)
+            assert np.array_equal(out, x @ w.swapaxes(-1, -2)), m
+            assert out.flags.c_contiguous, m
+    t = torch.from_numpy(x)
+    assert torch.equal(times_transposed(t, torch.from_numpy(w)), t @ torch.from_numpy(w).mT)
