@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 from pathlib import Path
 
 import torch
@@ -82,6 +83,19 @@ def measure(stream, batch_size: int, device: str, repeats: int, presets: list[st
     return out
 
 
+def code_version() -> str:
+    """The checkout's commit (with "+changes" if its tracked files differ), or "unknown"."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root).returncode
+    except OSError:
+        return "unknown"
+    return (head + ("+changes" if dirty else "")) if head else "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -105,6 +119,7 @@ def main() -> None:
         if args.device.startswith("cuda")
         else platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
+        "code": code_version(),
         "torch": torch.__version__,
         "presets": args.variants,
         "constraints": args.constraints,
