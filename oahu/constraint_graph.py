@@ -44,7 +44,8 @@ def row_keys(rows: np.ndarray) -> np.ndarray:
     (True, False)
     """
     bits = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    return (bits * _multipliers(bits.shape[-1])).sum(-1, dtype=np.uint64).view(np.int64)
+    # A product in uint64 wraps modulo 2^64, where the sum's order does not matter.
+    return (bits @ _multipliers(bits.shape[-1])).view(np.int64)
 
 
 @functools.cache

@@ -178,7 +178,8 @@ class MultiDepthNetwork:
             hidden.append(h)
         raw0 = times_transposed(x, head0)[None]
         if hidden:
-            stacked = xp.stack(hidden)
+            # One hidden layer (the default) needs no copy to stack.
+            stacked = hidden[0][None] if len(hidden) == 1 else xp.stack(hidden)
             deep = times_transposed(stacked, heads)
             if self.residual:
                 deep += raw0

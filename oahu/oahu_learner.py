@@ -423,7 +423,11 @@ class OAHU(Learner):
                 )
             self.network.step(cache, grad.reshape(cache.embeddings.shape), self._learning_rate)
         new_loss = loss[:, :n_new]
-        self._last_losses = new_loss.mean(1)
+        self._last_losses = (
+            np.add.reduce(new_loss, axis=1) / np.float32(n_new)
+            if self._on_host
+            else new_loss.mean(1)
+        )
         if self.config.hedge_signal == "loss":
             self._alpha = hedge_update(
                 self._alpha, self._last_losses, self.config.beta, self.config.smoothing
@@ -446,7 +450,10 @@ class OAHU(Learner):
         # The hedge's signal with hedge_signal="mistakes": each depth's share of wrong rankings
         # (float32, like α, so that the step's arithmetic stays in float32).
         if self._on_host:
-            self._mistakes = 1.0 - correct.mean(1, dtype=np.float32)
+            # What correct.mean(1, dtype=np.float32) gives, without its Python-level wrapper.
+            self._mistakes = 1.0 - np.add.reduce(correct, axis=1, dtype=np.float32) / np.float32(
+                correct.shape[1]
+            )
         else:
             self._mistakes = 1.0 - correct.float().mean(1)
         correct, combined = self._as_numpy(correct).T, self._as_numpy(combined)
