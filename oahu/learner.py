@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from oahu.constraint_kinds import ConstraintKind
+from oahu.constraint_kinds import ROLES, ConstraintKind
 from oahu.drift import COMBINED, DETECTORS, DriftEvent, DriftMonitor
 from oahu.preprocessing import InputScaler
 
@@ -47,6 +47,8 @@ _LEARN_HOOKS: dict[str, str] = {
     "pair": "_learn_pairs",
     "quadruplet": "_learn_quadruplets",
 }
+# The hooks Learner._learn_constraint_rows calls by default, one matrix per role.
+_STACKED_HOOKS = ("_learn_triplets", "_learn_quadruplets")
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,9 @@ class Learner(ABC):
         needed += ["_learn_samples"] * caps.learns_samples + ["_diagnostics"] * bool(
             caps.diagnostics
         )
+        # A class that takes triplets and quadruplets as one array implements both kinds there.
+        if cls._learn_constraint_rows is not Learner._learn_constraint_rows:
+            needed = [hook for hook in needed if hook not in _STACKED_HOOKS]
         missing = [hook for hook in needed if getattr(cls, hook) is getattr(Learner, hook)]
         if missing:
             raise TypeError(f"{cls.__name__}: declares capabilities without {', '.join(missing)}")
@@ -261,15 +266,17 @@ class Learner(ABC):
         """
         self._check_kind(kind)
         x = np.asarray(items)
-        if x.ndim != 3:
+        n_roles = len(ROLES[kind])
+        if x.ndim != 3 or x.shape[1] != n_roles or x.shape[2] != self.n_features:
             raise ValueError(
-                f"items: expected shape (n, n_roles, {self.n_features}), got {x.shape}"
+                f"items: expected shape (n, {n_roles}, {self.n_features}) for {kind}s, got "
+                f"{x.shape}"
             )
-        if kind == "triplet":
-            return self.learn_triplets(x[:, 0], x[:, 1], x[:, 2])
-        if kind == "quadruplet":
-            return self.learn_quadruplets(x[:, 0], x[:, 1], x[:, 2], x[:, 3])
-        return self.learn_pairs(x[:, 0], x[:, 1], similar)
+        if kind == "pair":
+            return self.learn_pairs(x[:, 0], x[:, 1], similar)
+        # The items stay one array from here on: a block of 256 triplets of 784 pixels is 2.4 MB,
+        # and splitting it into roles to stack them again cost B = 256 learning several copies.
+        return self._learn_stacked(kind, np.ascontiguousarray(x, dtype=np.float32))
 
     def _check_learnable(self, remedy: str = "it cannot learn") -> None:
         if self.queries_only:
@@ -298,19 +305,7 @@ class Learner(ABC):
             raise ValueError(
                 f"anchors, positives, negatives: lengths differ ({len(a)}, {len(p)}, {len(n)})"
             )
-        valid = self._screen(
-            np.isfinite(a).all(1) & np.isfinite(p).all(1) & np.isfinite(n).all(1),
-            ~(a == n).all(1),
-        )
-        used = np.zeros(len(a), dtype=bool)
-        if valid.any():
-            idx = np.flatnonzero(valid)
-            if len(idx) < len(a):
-                a, p, n = a[idx], p[idx], n[idx]
-            scale = self._learning_rows
-            used[idx] = self._learn_triplets(scale(a), scale(p), scale(n))
-        self.constraints_used += int(used.sum())
-        return used
+        return self._learn_stacked("triplet", np.stack([a, p, n], axis=1))
 
     def learn_pairs(self, u: Any, v: Any, similar: Any) -> np.ndarray:
         """Learn from labelled pairs in stream order; return a bool mask of those that changed
@@ -345,21 +340,42 @@ class Learner(ABC):
         lengths = [len(r) for r in rows]
         if len(set(lengths)) != 1:
             raise ValueError(f"a, b, c, d: lengths differ {tuple(lengths)}")
-        xa, xb, xc, xd = rows
-        same_pair = ((xa == xc).all(1) & (xb == xd).all(1)) | (
-            (xa == xd).all(1) & (xb == xc).all(1)
-        )
-        valid = self._screen(
-            np.logical_and.reduce([np.isfinite(r).all(1) for r in rows]),
-            ~(xc == xd).all(1) & ~same_pair,
-        )
-        used = np.zeros(len(xa), dtype=bool)
+        return self._learn_stacked("quadruplet", np.stack(rows, axis=1))
+
+    def _learn_stacked(self, kind: str, x: np.ndarray) -> np.ndarray:
+        """Learn triplets (n, 3, d) or quadruplets (n, 4, d), float32 in C order: skip (and
+        count) the non-finite and degenerate ones, preprocess the rest, hand them to the hook.
+
+        A degenerate triplet has its negative identical to its anchor; a degenerate quadruplet
+        has c identical to d (no distance can be below D(c, d) = 0), or {c, d} the same items as
+        {a, b} (it contradicts itself).
+        """
+
+        def same(i: int, j: int) -> np.ndarray:
+            return (x[:, i] == x[:, j]).all(1)
+
+        if kind == "triplet":
+            degenerate = same(0, 2)
+        else:
+            degenerate = same(2, 3) | (same(0, 2) & same(1, 3)) | (same(0, 3) & same(1, 2))
+        valid = self._screen(np.isfinite(x).all(axis=(1, 2)), ~degenerate)
+        used = np.zeros(len(x), dtype=bool)
         if valid.any():
             idx = np.flatnonzero(valid)
-            scale = self._learning_rows
-            used[idx] = self._learn_quadruplets(*(scale(r[idx]) for r in rows))
+            rows = x if len(idx) == len(x) else x[idx]
+            n, n_roles, d = rows.shape
+            rows = self._learning_rows(rows.reshape(n * n_roles, d)).reshape(n, n_roles, -1)
+            used[idx] = self._learn_constraint_rows(kind, rows)
         self.constraints_used += int(used.sum())
         return used
+
+    def _learn_constraint_rows(self, kind: str, rows: np.ndarray) -> np.ndarray:
+        """Hand preprocessed triplets or quadruplets (n, n_roles, d) to their hook, one matrix
+        per role; a learner that takes them as one array overrides this."""
+        roles = [np.ascontiguousarray(rows[:, r]) for r in range(rows.shape[1])]
+        if kind == "triplet":
+            return self._learn_triplets(*roles)
+        return self._learn_quadruplets(*roles)
 
     def _learning_rows(self, x: np.ndarray) -> np.ndarray:
         """Validated items as the learning hooks receive them: preprocessed (a learner that

@@ -248,13 +248,8 @@ class OAHU(Learner):
         # same three, so the model does not depend on how the stream was chunked.
         return self.input_scaler.transform(x, defer_projection=True)
 
-    def _learn_triplets(self, a: np.ndarray, p: np.ndarray, n: np.ndarray) -> np.ndarray:
-        return self._learn_constraints(np.stack([a, p, n], axis=1))
-
-    def _learn_quadruplets(
-        self, a: np.ndarray, b: np.ndarray, c: np.ndarray, d: np.ndarray
-    ) -> np.ndarray:
-        return self._learn_constraints(np.stack([a, b, c, d], axis=1))
+    def _learn_constraint_rows(self, kind: str, rows: np.ndarray) -> np.ndarray:
+        return self._learn_constraints(rows)  # the roles already side by side, as a step wants
 
     def _learn_constraints(self, constraints: np.ndarray) -> np.ndarray:
         """Learn triplets (N, 3, d) or quadruplets (N, 4, d), before their projection, in steps

@@ -254,6 +254,32 @@ def test_wrong_dimension_names_the_field(name):
 
 
 @pytest.mark.parametrize("name", LEARNER_NAMES)
+def test_one_array_of_items_is_learned_and_screened_as_the_roles_are(name):
+    # learn(kind, items) keeps the items as one array instead of one matrix per role (the
+    # service and replays take this path): same model, same masks, same skip counts.
+    a, p, neg, _ = random_stream(30, seed=5)
+    a[4, 1], neg[9] = np.nan, a[9]  # one non-finite, one degenerate triplet
+    quadruplets = np.stack([a, p, a[::-1], neg], axis=1)
+    quadruplets[12, 3] = quadruplets[12, 2]  # c = d: degenerate
+    quadruplets[13, 2:] = quadruplets[13, :2]  # {c, d} = {a, b}: contradicts itself
+    for kind, items in (("triplet", np.stack([a, p, neg], axis=1)), ("quadruplet", quadruplets)):
+        learner, by_roles = build(name), build(name)
+        if not learner.capabilities.learns(kind):
+            continue
+        used = learner.learn(kind, items)
+        method = by_roles.learn_triplets if kind == "triplet" else by_roles.learn_quadruplets
+        assert np.array_equal(used, method(*(items[:, r] for r in range(items.shape[1]))))
+        # Quadruplets: a's NaN row also sits at c of row 25, and rows 12 and 13 are degenerate.
+        assert learner.skipped == by_roles.skipped, kind
+        expected = {"triplet": 1, "quadruplet": 2}[kind]
+        assert learner.skipped == {"non_finite": expected, "degenerate": expected}, kind
+        assert learner.constraints_seen == by_roles.constraints_seen == 30
+        assert_same_state(learner.get_state()["model"], by_roles.get_state()["model"])
+    with pytest.raises(ValueError, match=r"items: expected shape \(n, 3, 10\) for triplets"):
+        build(name).learn("triplet", quadruplets)
+
+
+@pytest.mark.parametrize("name", LEARNER_NAMES)
 def test_non_finite_constraints_are_skipped_and_counted(name):
     learner, clean = build(name), build(name)
     a, p, neg, similar = random_stream(20, seed=17)

@@ -63,18 +63,18 @@ POISON_VALUE = 666.0  # an anchor whose first feature is this makes the patched 
 def raise_on_poison(monkeypatch: pytest.MonkeyPatch, cls: type[Learner]) -> None:
     """Make ``cls`` (every instance, also those rebuilt from bytes) learn the triplets before
     the first poisoned one, then raise: an error after part of an update."""
-    original = cls.learn_triplets
+    original = cls.learn  # what the service's consumer calls
 
-    def learn_triplets(self: Learner, a: Any, p: Any, n: Any) -> np.ndarray:
-        a = np.asarray(a)
-        poisoned = np.flatnonzero(a[:, 0] == POISON_VALUE)
-        if len(poisoned) == 0:
-            return original(self, a, p, n)
+    def learn(self: Learner, kind: str, items: Any, similar: Any = None) -> np.ndarray:
+        x = np.asarray(items)
+        poisoned = np.flatnonzero(x[:, 0, 0] == POISON_VALUE)
+        if kind != "triplet" or len(poisoned) == 0:
+            return original(self, kind, items, similar)
         k = int(poisoned[0])
-        original(self, a[:k], np.asarray(p)[:k], np.asarray(n)[:k])
+        original(self, kind, x[:k])
         raise ValueError(f"poisoned triplet at row {k}")
 
-    monkeypatch.setattr(cls, "learn_triplets", learn_triplets)
+    monkeypatch.setattr(cls, "learn", learn)
 
 
 class ListSource:
@@ -249,18 +249,18 @@ def test_an_error_halfway_through_an_update_is_undone_and_only_its_record_is_dea
     stream_file = make_stream(tmp_path, n, seed=3)
     stream = ConstraintStream.load(stream_file)
     poisoned = stream.X[stream.constraints[bad]]  # (3, d)
-    original = learner_class("oahu").learn_triplets
+    original = learner_class("oahu").learn  # what the service's consumer calls
 
-    def learn_triplets(self: Learner, a: Any, p: Any, n: Any) -> np.ndarray:
-        rows = np.stack([np.asarray(a), np.asarray(p), np.asarray(n)], axis=1)
+    def learn(self: Learner, kind: str, items: Any, similar: Any = None) -> np.ndarray:
+        rows = np.asarray(items)
         hit = np.flatnonzero((rows == poisoned).all(axis=(1, 2)))
         if len(hit) == 0:
-            return original(self, a, p, n)
+            return original(self, kind, items, similar)
         k = int(hit[0])
-        original(self, a[:k], p[:k], n[:k])
+        original(self, kind, rows[:k])
         raise FloatingPointError("the update overflowed")
 
-    monkeypatch.setattr(learner_class("oahu"), "learn_triplets", learn_triplets)
+    monkeypatch.setattr(learner_class("oahu"), "learn", learn)
     config = ServiceConfig(
         source=stream_file.as_uri(), checkpoint_dir=str(tmp_path / "state"), exit_at_end=True,
         checkpoint_every=50, poll_records=40, poll_timeout=0.01,
@@ -292,15 +292,15 @@ if os.environ.get("OAHU_TEST_CRASH_ON"):
     from oahu.learner import Learner
 
     _bad = np.load(os.environ["OAHU_TEST_CRASH_ON"])
-    _learn = Learner.learn_triplets
+    _learn = Learner.learn  # what the service's consumer calls
 
-    def _learn_triplets(self, a, p, n):
-        rows = np.stack([np.asarray(a), np.asarray(p), np.asarray(n)], axis=1)
-        if (rows == _bad).all(axis=(1, 2)).any():
+    def _learn_items(self, kind, items, similar=None):
+        rows = np.asarray(items)
+        if kind == "triplet" and (rows == _bad).all(axis=(1, 2)).any():
             os.kill(os.getpid(), signal.SIGKILL)
-        return _learn(self, a, p, n)
+        return _learn(self, kind, items, similar)
 
-    Learner.learn_triplets = _learn_triplets
+    Learner.learn = _learn_items
 '''
 
 
