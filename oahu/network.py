@@ -46,7 +46,6 @@ class ForwardCache:
 
     x: Array  # (m, d)
     hidden: Array  # (L, m, H): h(1)..h(L)
-    raw: Array  # (L+1, m, E): Θ(l) h(l) before normalisation
     norms: Array  # (L+1, m, 1): ‖Θ(l) h(l)‖ clamped at _NORM_EPS
     embeddings: Array  # (L+1, m, E): f(l)(x)
 
@@ -189,7 +188,8 @@ class MultiDepthNetwork:
             stacked = x.new_zeros(width) if xp is torch else np.zeros(width, x.dtype)
             raw = raw0
         norms = row_norms(raw).clip(min=_NORM_EPS)
-        return ForwardCache(x, stacked, raw, norms, raw / norms)
+        raw /= norms  # normalised in place: the raw outputs are not needed again
+        return ForwardCache(x, stacked, norms, raw)
 
     def embed(self, x: Array) -> Array:
         """f(l)(x) for l = 0..L: (L+1, m, E), rows of unit norm."""
@@ -215,7 +215,8 @@ class MultiDepthNetwork:
         # Back through f = g/‖g‖: ∂g = (∂f − f(f·∂f))/‖g‖. (Where ‖g‖ was clamped, g ≈ 0 and the
         # f-term vanishes with it.)
         radial = (f * grad_embeddings).sum(-1)[..., None]
-        grad_raw = (grad_embeddings - f * radial) / cache.norms
+        grad_raw = grad_embeddings - f * radial
+        grad_raw /= cache.norms
         # Eq. 21, l = 0; with residual heads E0 also feeds every deeper depth, whose gradient
         # reaches it through the skip.
         grad_raw0 = grad_raw.sum(0) if self.residual else grad_raw[0]
