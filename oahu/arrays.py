@@ -43,9 +43,11 @@ def host_view(t: torch.Tensor) -> np.ndarray:
     return t.numpy()
 
 
-# Row counts for which OpenBLAS computes x·Wᵀ faster as (W·xᵀ)ᵀ: for 9 to ~100 rows of a few
-# hundred columns it takes a slower path for the first form (25-35% at a strict step's 12 rows,
-# measured with OpenBLAS 0.3.31 on SkylakeX), for fewer or more rows the second is the slower.
+# Row counts for which OpenBLAS computes x·Wᵀ faster as (W·xᵀ)ᵀ, measured with OpenBLAS 0.3.31
+# on SkylakeX for weights of 128-200 by 128-200: from 9 rows on it takes a slower path for the
+# first form (25-35% slower at a strict step's 12 rows), and from about 200 rows the second form
+# is the slower one (it still won at 96 rows, lost at 192); 128 is between the two. Only speed
+# depends on this choice: both forms give the same bits.
 _TRANSPOSED_ROWS = range(9, 129)
 
 
