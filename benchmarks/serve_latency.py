@@ -54,6 +54,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
+from provenance import code_version, cpu_model
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -282,13 +285,6 @@ def steal_seconds() -> float:
     return int(fields[8]) / CLOCK_TICKS if len(fields) > 8 else 0.0
 
 
-def cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
 def phase(
     name: str,
     run: Callable[[], Recorder],
@@ -479,9 +475,7 @@ def main() -> None:
             "cpu": cpu_model(),
             "python": platform.python_version(),
         },
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip(),
+        "commit": code_version(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")

@@ -21,12 +21,14 @@ import argparse
 import dataclasses
 import json
 import os
-import platform
 import statistics
-import subprocess
+import sys
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
+from provenance import code_version, cpu_model
 
 from oahu.constraint_kinds import triplet_as_quadruplet
 from oahu.oahu_learner import OAHU
@@ -83,19 +85,6 @@ def measure(stream, batch_size: int, device: str, repeats: int, presets: list[st
     return out
 
 
-def code_version() -> str:
-    """The checkout's commit (with "+changes" if its tracked files differ), or "unknown"."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=root).returncode
-    except OSError:
-        return "unknown"
-    return (head + ("+changes" if dirty else "")) if head else "unknown"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -117,7 +106,7 @@ def main() -> None:
         "device": args.device,
         "device_name": torch.cuda.get_device_name()
         if args.device.startswith("cuda")
-        else platform.processor() or platform.machine(),
+        else cpu_model(),
         "cpu_count": os.cpu_count(),
         "code": code_version(),
         "torch": torch.__version__,
