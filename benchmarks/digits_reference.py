@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.stream_runs import evaluate_on_stream
 from oahu.baselines.euclidean import Euclidean
 from oahu.evaluation import evaluate
 from oahu.oahu_learner import OAHU
@@ -73,9 +74,7 @@ def default_oahu_errors(seed: int) -> int:
     learner = OAHU(stream.n_features, seed=seed)  # `oahu replay` seeds the learner with --seed
     learner.prepare(stream.X[stream.prepare_idx])
     replay(learner, stream)
-    test = stream.test_idx
-    result = evaluate(learner, stream.X, stream.y, stream.dev_idx, test, k=K, n_pairs=100)
-    return round(result.error * len(test))
+    return round(evaluate_on_stream(learner, stream, seed).error * len(stream.eval_query_idx))
 
 
 def run_seed(seed: int) -> dict[str, Any]:
