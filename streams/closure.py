@@ -136,7 +136,8 @@ class ClosureKnowledge:
 
     def __init__(self, n_items: int, kind: str, rng: np.random.Generator) -> None:
         if kind not in PROTOCOL_KINDS:
-            raise ValueError(f"kind: expected 'triplet' or 'pair', got {kind!r}")
+            expected = " or ".join(map(repr, PROTOCOL_KINDS))
+            raise ValueError(f"kind: expected {expected}, got {kind!r}")
         self.kind = kind
         self._rng = rng
         self._parent = list(range(n_items))
