@@ -136,7 +136,10 @@ def _cached(spec: dict[str, Any]) -> dict[str, Any]:
     sizes = "_".join(map(str, spec["sizes"]))
     path = RESULTS / "validation-search" / f"{spec['dataset']}-{key}-s{spec['seed']}-N{sizes}.json"
     learner = None if name == EUCLIDEAN else ("oahu", parse_candidate(name))
-    return cached_run(path, learner, lambda: {**run_one(spec), "learner_params": _params(name)})
+    run = cached_run(path, learner, lambda: {**run_one(spec), "learner_params": _params(name)})
+    # A Fashion-MNIST search takes tens of minutes: say what each finished run scored.
+    print(f"{spec['dataset']} {name} seed {spec['seed']}: errors {run['errors']}", flush=True)
+    return run
 
 
 def _params(name: str) -> dict[str, Any] | None:
