@@ -44,14 +44,18 @@ def cached_run(
         cached = json.loads(path.read_text())
         if learner is None:
             return cached
-        name, params = learner
-        probe = make_learner(name, 4, **params)
-        if cached.get("learner_params") == json.loads(json.dumps(probe.get_params())):
+        if cached.get("learner_params") == probed_params(*learner):
             return cached
     result = run()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))
     return result
+
+
+def probed_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """Every constructor parameter of learner ``name`` built with ``params`` (defaults filled
+    in), as JSON gives them back: what a cached run stores to be checked against."""
+    return json.loads(json.dumps(make_learner(name, 4, **params).get_params()))
 
 
 def run_all(

@@ -31,11 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.stream_runs import cached_run, run_all
+from benchmarks.stream_runs import cached_run, probed_params, run_all
 from oahu.config import OAHUConfig
 from oahu.evaluation import classification_quality
 from oahu.learner import Learner
 from oahu.registry import make_learner
+from oahu.settings import parse_settings
 from oahu.stream_replay import replay
 from oahu.streams.datasets import load_dataset
 from oahu.streams.protocol import split_dev_test, triplet_stream
@@ -61,24 +62,12 @@ def parse_candidate(spec: str) -> dict[str, Any]:
     """
     if spec == DEFAULT:
         return {}
-    fields = {f.name for f in OAHUConfig.__dataclass_fields__.values()}
-    changes: dict[str, Any] = {}
-    for part in spec.split(","):
-        name, sep, text = part.partition("=")
-        if not sep or not text:
-            raise ValueError(f"candidate: expected name=value, got {part!r} (in {spec!r})")
-        if name not in fields:
+    changes = parse_settings(spec.split(","), "candidate")
+    for name in changes:
+        if name not in OAHUConfig.__dataclass_fields__:
             raise ValueError(f"candidate: {name!r} is not a setting of OAHUConfig (in {spec!r})")
-        changes[name] = _value(text)
     OAHUConfig(**changes)  # a value out of range gets OAHUConfig's own error, naming the field
     return changes
-
-
-def _value(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        return text  # a bare word: a string setting such as loss=abtl
 
 
 def validation_stream(dataset: str, seed: int, n_constraints: int) -> ConstraintStream:
@@ -136,17 +125,11 @@ def _cached(spec: dict[str, Any]) -> dict[str, Any]:
     sizes = "_".join(map(str, spec["sizes"]))
     path = RESULTS / "validation-search" / f"{spec['dataset']}-{key}-s{spec['seed']}-N{sizes}.json"
     learner = None if name == EUCLIDEAN else ("oahu", parse_candidate(name))
-    run = cached_run(path, learner, lambda: {**run_one(spec), "learner_params": _params(name)})
+    params = None if learner is None else probed_params(*learner)
+    run = cached_run(path, learner, lambda: {**run_one(spec), "learner_params": params})
     # A Fashion-MNIST search takes tens of minutes: say what each finished run scored.
     print(f"{spec['dataset']} {name} seed {spec['seed']}: errors {run['errors']}", flush=True)
     return run
-
-
-def _params(name: str) -> dict[str, Any] | None:
-    if name == EUCLIDEAN:
-        return None
-    probe = make_learner("oahu", 4, **parse_candidate(name))
-    return json.loads(json.dumps(probe.get_params()))
 
 
 def summarise(runs: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:

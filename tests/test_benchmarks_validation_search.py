@@ -50,7 +50,7 @@ def test_candidates_are_settings_of_the_learner_with_its_own_errors() -> None:
     }
     with pytest.raises(ValueError, match=r"margin: must be a number >= 0, got -1"):
         parse_candidate("margin=-1")
-    with pytest.raises(ValueError, match=r"expected name=value, got 'margin'"):
+    with pytest.raises(ValueError, match=r"candidate: expected KEY=VALUE, got 'margin'"):
         parse_candidate("margin")
 
 
