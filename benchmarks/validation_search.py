@@ -13,12 +13,12 @@ validation errors (misclassified validation items); Euclidean kNN is the referen
     python -m benchmarks.validation_search --dataset fashion-mnist --seeds 100 101 102 103 104 \
         --sizes 1000 3000 10000 30000 100000 --candidate margin=0.1,replay_memory=10000
 
-A candidate is ``name=value`` changes to the default learner (``OAHUConfig`` fields, joined by
-``,``); ``default`` is the default itself. Runs are cached under
-``results/validation-search/`` while the learner's parameters stay the same; the summary goes to
-``results/validation-search-<dataset>.json``: per candidate and size, the mean validation error
-and, against the default, the mean paired difference and on how many seeds it is lower, equal,
-higher.
+A candidate is ``KEY=VALUE`` changes to the default learner (``OAHUConfig`` fields, joined by
+``,``; values read as ``oahu replay --set`` reads them); ``default`` is the default itself.
+Runs are cached under ``results/validation-search/`` while the learner's parameters stay the
+same; the summary goes to ``results/validation-search-<dataset>.json``: per candidate and size,
+the mean validation error and, against the default and against Euclidean, the mean paired
+difference and on how many seeds it is lower, equal, higher.
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         "--candidate",
         action="append",
         default=[],
-        help="name=value changes to the default learner, joined by ','; repeatable",
+        help="KEY=VALUE changes to the default learner, joined by ','; repeatable",
     )
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path)
