@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
+from collections.abc import Mapping
 from typing import Any
 
 from oahu.learner import Learner
@@ -32,6 +34,27 @@ def learner_class(name: str) -> type[Learner]:
     return getattr(importlib.import_module(module), attr)
 
 
+def check_params(name: str, params: Mapping[str, Any], what: str) -> None:
+    """``ValueError`` naming ``what`` (the flag or field the settings came from) when ``params``
+    holds a name that the learner ``name`` does not take, with the nearest one it does.
+
+    >>> check_params("oahu", {"margn": 0.1}, "--set")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: --set: oahu has no parameter 'margn' (did you mean 'margin'?); it takes preset, ...
+    """
+    names = learner_class(name).param_names()
+    unknown = [key for key in params if key not in names]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(
+            f"{what}: {name} has no parameter {unknown[0]!r}{hint}; it takes {', '.join(names)}"
+        )
+
+
 def make_learner(name: str, n_features: int, **params: Any) -> Learner:
-    """Build the learner ``name`` for ``n_features``-dimensional items."""
+    """Build the learner ``name`` for ``n_features``-dimensional items; a parameter it does not
+    take is a ``ValueError`` (settings come from users: flags, files, environment)."""
+    check_params(name, params, "learner parameters")
     return learner_class(name)(n_features=n_features, **params)

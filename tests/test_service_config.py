@@ -73,6 +73,11 @@ def test_file_then_env_then_flags(tmp_path: Path, suffix: str):
         ({"index": "hnsw"}, "index: one of exact, flat, ivf, got 'hnsw'"),
         ({"preset": "tuned"}, "preset: unknown 'tuned'; choose one of paper"),
         ({"learner": "lego", "preset": "paper"}, "preset: only OAHU has presets, not 'lego'"),
+        (
+            {"learner": "lego", "learner_params": {"learnin_rate": 0.1}},
+            "learner_params: lego has no parameter 'learnin_rate' \\(did you mean "
+            "'learning_rate'\\?\\); it takes learning_rate, target_similar",
+        ),
     ],
 )
 def test_invalid_settings_name_the_field(changes: dict, message: str):

@@ -14,7 +14,7 @@ from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.config import PRESETS
 from oahu.drift import COMBINED
 from oahu.evaluation import evaluate
-from oahu.registry import LEARNER_NAMES, learner_class, make_learner
+from oahu.registry import LEARNER_NAMES, check_params, learner_class, make_learner
 from oahu.settings import parse_settings
 from oahu.stream_replay import ReplayStats, as_json_floats, replay, stream_kind_for
 from oahu.streams.groupings import Grouping
@@ -191,6 +191,7 @@ def learner_params(args: argparse.Namespace) -> dict[str, Any]:
     (``--preset``, ``--device``, ``--batch-size``, ``--self-paced``) and ``--seed`` for a
     learner with a seed."""
     params = parse_settings(args.set, "--set")
+    check_params(args.learner, params, "--set")
     names = learner_class(args.learner).param_names()
     shortcuts = {
         "preset": args.preset,

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from oahu.connectors.kafka_uri import parse_kafka_uri
-from oahu.registry import LEARNER_NAMES
+from oahu.registry import LEARNER_NAMES, check_params
 from oahu.settings import parse_value, split_setting
 
 ENV_PREFIX = "OAHU_"
@@ -170,6 +170,7 @@ class ServiceConfig:
             raise ValueError(
                 f"learner: unknown name {self.learner!r}; choose one of {', '.join(LEARNER_NAMES)}"
             )
+        check_params(self.learner, self.learner_params, "learner_params")
         if self.self_paced and self.learner != "oahu":
             raise ValueError(f"self_paced: only OAHU learns self-paced, not {self.learner!r}")
         if self.preset is not None:
