@@ -258,6 +258,8 @@ def evaluate(
         raise ValueError(
             f"coarse: expected one label per item, shape {y.shape}, got {np.shape(coarse)}"
         )
+    if isinstance(n_pairs, bool) or not isinstance(n_pairs, (int, np.integer)) or n_pairs < 1:
+        raise ValueError(f"n_pairs: must be an integer >= 1, got {n_pairs!r}")
     alpha = learner.alpha
     query_idx = np.asarray(query_idx)
     subset = np.arange(len(query_idx))

@@ -39,6 +39,8 @@ _SPLIT, _CLOSURE, _RANDOM = 0, 1, 2
 
 
 def _rng(seed: int, tag: int) -> np.random.Generator:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed: must be an integer >= 0, got {seed!r}")
     return np.random.default_rng([int(seed), tag])
 
 

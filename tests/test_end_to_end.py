@@ -178,3 +178,12 @@ def test_bad_settings_are_named(capsys) -> None:
     assert "--batch-size: lego has no parameter 'batch_size'" in capsys.readouterr().err
     assert main(["replay", "--set", "nonsense", "--no-progress"]) == 2
     assert "--set: expected KEY=VALUE" in capsys.readouterr().err
+    # A misspelt parameter is named with the nearest one, not a traceback from the constructor.
+    assert main(["replay", "--set", "margn=0.1", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--set: oahu has no parameter 'margn' (did you mean 'margin'?); it takes preset," in err
+    assert "Traceback" not in err
+    assert main(["replay", "--seed", "-1", "--no-progress"]) == 2
+    assert "seed: must be an integer >= 0, got -1" in capsys.readouterr().err
+    assert main(["replay", "--pairs", "0", "--constraints", "50", "--no-progress"]) == 2
+    assert "n_pairs: must be an integer >= 1, got 0" in capsys.readouterr().err

@@ -52,6 +52,10 @@ def test_split_is_a_seeded_one_to_one_partition():
 def test_split_needs_two_items():
     with pytest.raises(ValueError, match="n_items: need at least 2"):
         split_dev_test(1, seed=0)
+    with pytest.raises(ValueError, match=r"seed: must be an integer >= 0, got -3"):
+        split_dev_test(10, seed=-3)
+    with pytest.raises(ValueError, match=r"seed: must be an integer >= 0, got 1.5"):
+        split_dev_test(10, seed=1.5)
 
 
 # ---------------------------------------------------------------------------- closure rules
