@@ -1,6 +1,7 @@
 """End to end on scikit-learn's digits: the paper's protocol through the real CLI."""
 
 import json
+import socket
 
 import pytest
 
@@ -187,3 +188,20 @@ def test_bad_settings_are_named(capsys) -> None:
     assert "seed: must be an integer >= 0, got -1" in capsys.readouterr().err
     assert main(["replay", "--pairs", "0", "--constraints", "50", "--no-progress"]) == 2
     assert "n_pairs: must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_produce_to_an_unreachable_broker_is_an_error_not_a_traceback(tmp_path, capsys) -> None:
+    stream = tmp_path / "s.npz"
+    assert (
+        main(["make-stream", "--dataset", "digits", "--constraints", "20", "--out", str(stream)])
+        == 0
+    )
+    with socket.socket() as probe:  # a port nothing listens on once the probe is closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ["produce", "--stream", str(stream), "--to", f"kafka://127.0.0.1:{port}/t"]
+    capsys.readouterr()
+    assert main([*args, "--kafka-option", "bootstrap_timeout_ms=300"]) == 1
+    err = capsys.readouterr().err
+    assert f"oahu produce: error: cannot deliver to kafka://127.0.0.1:{port}/t: " in err
+    assert "Unable to bootstrap" in err and "Traceback" not in err

@@ -16,7 +16,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "produce",
         help="replay a stream file into a Kafka topic",
         description="Send the constraints of a stream file (.npz from `oahu make-stream`, or "
-        "JSON Lines) to a Kafka topic in stream order, as JSON or binary messages.",
+        "JSON Lines) to a Kafka topic in stream order, as JSON or binary messages. Exit status "
+        "1: the brokers could not be reached or did not take the records; 2: bad arguments.",
     )
     parser.add_argument("--stream", required=True, metavar="FILE", help="stream file")
     parser.add_argument(
@@ -51,6 +52,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def produce(args: argparse.Namespace) -> int:
+    from kafka.errors import KafkaError
+
     from oahu.connectors.kafka_sink import KafkaSink
 
     target = parse_kafka_uri(args.to, "to", form="kafka://HOST:PORT/TOPIC")
@@ -58,13 +61,18 @@ def produce(args: argparse.Namespace) -> int:
         raise ValueError(f"rate: must be > 0, got {args.rate}")
     messages = encode_stream(args.stream, args.format, args.inline, args.start, args.limit)
     options = parse_settings(args.kafka_option, "--kafka-option")
-    sink = KafkaSink(target.topic, target.bootstrap, rate=args.rate, config=options)
     started = time.perf_counter()
     try:
-        sink.send_many(messages)
-        sink.flush()
-    finally:
-        sink.close()
+        sink = KafkaSink(target.topic, target.bootstrap, rate=args.rate, config=options)
+        try:
+            sink.send_many(messages)
+            sink.flush()
+        finally:
+            sink.close()
+    except KafkaError as exc:
+        # An unreachable or refusing broker is the operator's to fix, not a bug: no traceback.
+        print(f"oahu produce: error: cannot deliver to {args.to}: {exc}", file=sys.stderr)
+        return 1
     seconds = time.perf_counter() - started
     print(
         f"oahu produce: {len(messages)} {args.format} messages to {args.to} in {seconds:.2f}s "
