@@ -385,6 +385,8 @@ def test_cli_errors_name_the_cause(url: str, tmp_path: Path, capsys) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     assert oahu_main(["suggest", "--url", closed, "--batch", "1"]) == 1
     assert f"cannot reach the service at {closed}" in capsys.readouterr().err
+    assert oahu_main(["suggest", "--url", url, "--batch", "1", "--timeout", "-1"]) == 2
+    assert "timeout: must be > 0 seconds, got -1.0" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------- --suggest-topic

@@ -146,6 +146,8 @@ def request_suggestions(
 
 
 def suggest(args: argparse.Namespace) -> int:
+    if not args.timeout > 0:  # urllib's own words ("Timeout value out of range") name nothing
+        raise ValueError(f"timeout: must be > 0 seconds, got {args.timeout}")
     pool: Any = read_ids(args.ids) if args.ids else args.pool
     body: dict[str, Any] = {
         "pool": pool,
