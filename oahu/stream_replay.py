@@ -29,8 +29,10 @@ class ReplayStats:
     prequential: list[tuple[int, float]] = field(default_factory=list)
 
     @property
-    def constraints_per_s(self) -> float:
-        return self.constraints / self.seconds if self.seconds > 0 else float("inf")
+    def constraints_per_s(self) -> float | None:
+        """Constraints learned per second; None when nothing was learned (no rate to give, and
+        JSON has no infinity)."""
+        return self.constraints / self.seconds if self.constraints and self.seconds > 0 else None
 
 
 def replay(

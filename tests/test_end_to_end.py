@@ -205,3 +205,19 @@ def test_produce_to_an_unreachable_broker_is_an_error_not_a_traceback(tmp_path, 
     err = capsys.readouterr().err
     assert f"oahu produce: error: cannot deliver to kafka://127.0.0.1:{port}/t: " in err
     assert "Unable to bootstrap" in err and "Traceback" not in err
+
+
+def test_a_stream_of_no_constraints_scores_the_start_and_has_no_rate(capsys) -> None:
+    """0 constraints: the learner as prepared is evaluated; the rate is null, never Infinity,
+    which strict JSON readers (jq, JavaScript) refuse."""
+    assert main(["replay", "--constraints", "0", "--json", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"not JSON: {constant}")
+
+    report = json.loads(out, parse_constant=refuse)
+    assert report["constraints"] == 0 and report["triplets_per_s"] is None
+    assert 0.0 <= report["error"] < 0.05  # the cosine start on digits, learned from nothing
+    assert main(["replay", "--constraints", "0", "--no-progress"]) == 0
+    assert "training       n/a constraints/s" in capsys.readouterr().out

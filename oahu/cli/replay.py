@@ -355,6 +355,7 @@ def format_report(r: dict[str, Any]) -> str:
         if r["drift_events"]
         else "none detected"
     )
+    rate = "n/a" if r["triplets_per_s"] is None else f"{r['triplets_per_s']:.0f}"
     return "\n".join(
         [
             f"learner        {r['learner']} on {r['dataset']} ({r['constraints']} constraints, "
@@ -365,7 +366,7 @@ def format_report(r: dict[str, Any]) -> str:
             f"verify AUC     {r['auc']:.4f}",
             f"recall         {recall}",
             *([f"graded nDCG@10 {r['ndcg_at_10']:.4f}"] if "ndcg_at_10" in r else []),
-            f"training       {r['triplets_per_s']:.0f} constraints/s ({r['train_seconds']:.2f} s)",
+            f"training       {rate} constraints/s ({r['train_seconds']:.2f} s)",
             f"alpha          {alpha}",
             f"drift          {drift}",
         ]
