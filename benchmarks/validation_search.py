@@ -31,9 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.learning_curves import evaluate_now
 from benchmarks.stream_runs import cached_run, probed_params, run_all
 from oahu.config import OAHUConfig
-from oahu.evaluation import classification_quality
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.settings import parse_settings
@@ -85,12 +85,9 @@ def validation_stream(dataset: str, seed: int, n_constraints: int) -> Constraint
 
 
 def validation_errors(learner: Learner, stream: ConstraintStream) -> int:
-    queries = learner.embed(stream.X[stream.test_idx], role="query")
-    gallery_x, gallery_y = stream.X[stream.dev_idx], stream.y[stream.dev_idx]
-    quality = classification_quality(
-        learner, gallery_x, gallery_y, queries, stream.y[stream.test_idx]
-    )
-    return round(quality["error"] * len(stream.test_idx))
+    """Misclassified validation items: the learning curves' evaluation of the learner as it
+    stands, gallery the stream's ``dev_idx``, queries its ``test_idx``."""
+    return round(evaluate_now(learner, stream)["error"] * len(stream.test_idx))
 
 
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
