@@ -62,17 +62,18 @@ def produce(args: argparse.Namespace) -> int:
     messages = encode_stream(args.stream, args.format, args.inline, args.start, args.limit)
     options = parse_settings(args.kafka_option, "--kafka-option")
     started = time.perf_counter()
+    sink = None
     try:
         sink = KafkaSink(target.topic, target.bootstrap, rate=args.rate, config=options)
-        try:
-            sink.send_many(messages)
-            sink.flush()
-        finally:
-            sink.close()
+        sink.send_many(messages)
+        sink.flush()
     except KafkaError as exc:
         # An unreachable or refusing broker is the operator's to fix, not a bug: no traceback.
         print(f"oahu produce: error: cannot deliver to {args.to}: {exc}", file=sys.stderr)
         return 1
+    finally:
+        if sink is not None:
+            sink.close()
     seconds = time.perf_counter() - started
     print(
         f"oahu produce: {len(messages)} {args.format} messages to {args.to} in {seconds:.2f}s "
