@@ -4,8 +4,8 @@
 MLP, hedge weights over depths, strict per-constraint updates) with the extensions that make it
 improve as constraints arrive (docs/algorithms.md, "OAHU's learning extensions (ours)"): a
 principal-axes input projection and an identity start, residual heads, the margin triplet loss,
-a hedge driven by prequential mistakes, a decaying step size, replay of past constraints and
-triplets mined from the revealed constraint graph.
+a hedge driven by prequential mistakes, a decaying step size with a floor, replay of past
+constraints and triplets mined from the revealed constraint graph.
 
 ``PRESETS["paper"]`` is Section 4.3.2 of the paper as published (L = 5, S_hidden = 100,
 S_emb = 50, β = 0.99, s = 0.1, η = 0.3, τ = 0.1, ABTL, hedge on the training loss, no replay):
@@ -55,8 +55,12 @@ class OAHUConfig:
     beta: float = 0.99  # hedge discount β (Eq. 20)
     smoothing: float = 0.1  # s: α floor is s / (L + 1)
     learning_rate: float = 0.03  # η (Eq. 21-22)
-    # Step-size decay (ours): η_t = η / sqrt(1 + t / lr_decay) after t constraints; 0 = constant.
+    # Step-size decay (ours, S1): η_t = η · max(1 / sqrt(1 + t / lr_decay), lr_floor) after t
+    # constraints; lr_decay 0 = constant.
     lr_decay: float = 10_000.0
+    # Step-size floor (ours): the decay stops at lr_floor · η, so that a long-running learner
+    # keeps learning; 0 = no floor. 0.7 is where the decay stands after about T constraints.
+    lr_floor: float = 0.7
     # Per-depth loss: "margin" = max(0, D+ − D− + margin) (ours), "abtl" = Eq. 9-13.
     loss: Loss = "margin"
     margin: float = 0.05
@@ -155,6 +159,8 @@ class OAHUConfig:
             raise ValueError(f"tau: must be in (0, 2/3) (Section 3.5), got {self.tau}")
         if not (isinstance(self.lr_decay, int | float) and self.lr_decay >= 0.0):
             raise ValueError(f"lr_decay: must be a number >= 0, got {self.lr_decay!r}")
+        if not (isinstance(self.lr_floor, int | float) and 0.0 <= self.lr_floor <= 1.0):
+            raise ValueError(f"lr_floor: must be a number in [0, 1], got {self.lr_floor!r}")
         if not (isinstance(self.margin, int | float) and self.margin >= 0.0):
             raise ValueError(f"margin: must be a number >= 0, got {self.margin!r}")
         _check_choice(self, "drift_detector", ("none", *DETECTORS))
@@ -247,6 +253,7 @@ PRESETS: dict[str, OAHUConfig] = {
         embedding_dim=50,
         learning_rate=0.3,
         lr_decay=0.0,
+        lr_floor=0.0,
         loss="abtl",
         hedge_signal="loss",
         depth_weighting="alpha",

@@ -10,7 +10,7 @@ Per update, in this order (docs/algorithms.md, "One update"):
 2. before anything changes, each depth and the α-combined metric are scored on whether they
    ranked the new triplet(s) right: the prequential accuracy (:mod:`oahu.prequential`);
 3. one gradient-descent step on the mean over triplets of the depths' losses, weighted by α
-   (Eq. 21-22) or uniformly (ours), with step size η or η/sqrt(1 + t/T) (ours);
+   (Eq. 21-22) or uniformly (ours), with step size η or η · max(1/sqrt(1 + t/T), φ) (ours);
 4. the hedge step of Eq. 20, discounting each depth by its training loss (the paper) or by its
    prequential mistakes (ours), then the floor s/(L+1) and renormalisation;
 5. the new triplet(s) enter the replay reservoir and the constraint graph.
@@ -274,9 +274,13 @@ class OAHU(Learner):
         return blas_threads(threads)
 
     def _step_size(self) -> float:
-        """η, or η / sqrt(1 + t / T) after t learned triplets with ``lr_decay`` T (ours, S1); after
-        a drift adapted with the "step" adaptation t counts from the drift, and the step is
-        raised B-fold at first, back to 1-fold over ``drift_boost_span`` constraints (ours, D2).
+        """η, or η / sqrt(1 + t / T) after t learned triplets with ``lr_decay`` T, never below
+        ``lr_floor`` · η (ours, S1); after a drift adapted with the "step" adaptation t counts
+        from the drift, and the step is raised B-fold at first, back to 1-fold over
+        ``drift_boost_span`` constraints (ours, D2).
+
+        Past the floor the step is η · φ; before it, η / sqrt(...) exactly as with no floor, so
+        that a floor the decay has not reached changes no model bit.
         """
         decay = self.config.lr_decay
         eta = self.config.learning_rate
@@ -286,7 +290,11 @@ class OAHU(Learner):
             eta *= 1.0 + (self.config.drift_step_boost - 1.0) * (1.0 - since / span)
         if not decay:
             return eta
-        return eta / math.sqrt(1.0 + since / decay)
+        root = math.sqrt(1.0 + since / decay)
+        floor = self.config.lr_floor
+        if floor and root * floor > 1.0:
+            return eta * floor
+        return eta / root
 
     def _adapt_to_drift(self) -> None:
         """What a detected drift changes (``drift_adaptation``, ours; docs/algorithms.md,

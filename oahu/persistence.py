@@ -70,6 +70,11 @@ _OAHU_FIELDS_OF_THE_DEFAULT_LEARNER = frozenset(
 )
 
 
+# OAHUConfig's fields added to the default learner since, with the value that reproduces how a
+# checkpoint written before them learned.
+_OAHU_FIELDS_ADDED_LATER = {"lr_floor": 0.0}
+
+
 def checkpoint_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """The constructor arguments that rebuild learner ``name`` saved with ``params``.
 
@@ -77,17 +82,23 @@ def checkpoint_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     on the loss, no residual heads, replay or mining) with the fields its params record (all of
     its configuration then, with or without a ``preset`` key, and ``"tuned"`` was a preset of
     those fields): it is rebuilt as ``preset="paper"`` with them, so that the fields it predates
-    take the paper's values rather than the new defaults.
+    take the paper's values rather than the new defaults. A default learner saved before a
+    field was added gets the value it learned with, not the field's new default.
 
     >>> old = {"hidden_width": 8, "embedding_dim": 4, "learning_rate": 0.3, "preprocess": "none"}
     >>> checkpoint_params("oahu", old)["preset"]
     'paper'
+    >>> checkpoint_params("oahu", {"preset": None, "loss": "margin", "lr_floor": 0.5})
+    {'preset': None, 'loss': 'margin', 'lr_floor': 0.5}
     >>> checkpoint_params("oahu", {"preset": None, "loss": "margin"})
-    {'preset': None, 'loss': 'margin'}
+    {'preset': None, 'loss': 'margin', 'lr_floor': 0.0}
     """
-    if name == "oahu" and not _OAHU_FIELDS_OF_THE_DEFAULT_LEARNER & set(params):
+    if name != "oahu":
+        return dict(params)
+    if not _OAHU_FIELDS_OF_THE_DEFAULT_LEARNER & set(params):
         return {**params, "preset": "paper"}
-    return dict(params)
+    missing = {k: v for k, v in _OAHU_FIELDS_ADDED_LATER.items() if k not in params}
+    return {**params, **missing}
 
 
 def learner_from_state(state: dict[str, Any], device: str | None = None) -> Learner:

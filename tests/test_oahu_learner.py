@@ -264,11 +264,35 @@ def test_the_hedge_weights_the_depth_that_ranks_new_constraints_right_more_often
 
 
 def test_step_size_decays_with_the_triplets_learned(triplets) -> None:
-    model = small(learning_rate=0.04, lr_decay=10.0)
+    model = small(learning_rate=0.04, lr_decay=10.0, lr_floor=0.0)
     learn(model, triplets[:30])
     # The 30th update used η / sqrt(1 + 29 / T).
     assert model.diagnostics()["learning_rate"] == pytest.approx(0.04 / math.sqrt(1 + 29 / 10))
     assert small(lr_decay=0.0).config.lr_decay == 0.0
+
+
+def test_step_size_stops_decaying_at_its_floor(triplets) -> None:
+    # T = 10 with a floor of 0.5: 1 / sqrt(1 + t / 10) reaches 0.5 at t = 30, so the 20th
+    # update is still on the decay and the 40th on the floor.
+    model = small(learning_rate=0.04, lr_decay=10.0, lr_floor=0.5)
+    learn(model, triplets[:20])
+    assert model.diagnostics()["learning_rate"] == pytest.approx(0.04 / math.sqrt(1 + 19 / 10))
+    learn(model, triplets[20:40])
+    assert model.diagnostics()["learning_rate"] == pytest.approx(0.04 * 0.5)
+
+
+def test_a_floor_above_the_decay_changes_nothing_until_it_is_reached(triplets) -> None:
+    """Bit for bit: a floor the decay has not reached leaves every step as it was."""
+    plain, floored = small(lr_decay=10.0, lr_floor=0.0), small(lr_decay=10.0, lr_floor=0.5)
+    for model in (plain, floored):
+        learn(model, triplets[:30])
+    assert_same_model(plain, floored)
+
+
+@pytest.mark.parametrize("floor", [-0.1, 1.5, "0.5"])
+def test_a_floor_outside_0_1_is_refused(floor) -> None:
+    with pytest.raises(ValueError, match=r"lr_floor: must be a number in \[0, 1\], got"):
+        OAHU(4, lr_floor=floor)
 
 
 def test_replay_and_mining_remember_the_stream_within_their_bounds(triplets) -> None:

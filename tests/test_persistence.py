@@ -127,6 +127,26 @@ def test_a_checkpoint_of_the_default_learner_keeps_its_configuration(tmp_path):
     assert restored.config.loss == "margin" and restored.config.residual_heads
 
 
+def test_a_default_learner_saved_before_the_step_floor_keeps_learning_without_one(tmp_path):
+    """Its params predate ``lr_floor``: it is restored with no floor, as it learned, not with
+    the floor of today's default."""
+    model = OAHU(4, hidden_width=8, lr_decay=5.0, lr_floor=0.0, device="cpu")
+    rng = np.random.default_rng(1)
+    model.prepare(rng.normal(size=(30, 4)))
+    stream = rng.normal(size=(60, 3, 4))
+    model.learn_triplets(*stream[:10].transpose(1, 0, 2))
+    state = model.get_state()
+    del state["params"]["lr_floor"]
+    torch.save({"format_version": 1, "state": state, "extra": {}}, tmp_path / "old.pt")
+    restored, _ = load_learner(tmp_path / "old.pt", device="cpu")
+    assert restored.config == model.config
+    for learner in (model, restored):  # far past where a floor of 0.5 would hold the step
+        learner.learn_triplets(*stream[10:].transpose(1, 0, 2))
+    assert restored.diagnostics()["learning_rate"] == model.diagnostics()["learning_rate"]
+    for name, value in model.network.tensors().items():
+        assert torch.equal(restored.network.tensors()[name], value), name
+
+
 def test_an_unknown_format_version_is_refused(tmp_path):
     torch.save({"format_version": 2, "state": {}, "extra": {}}, tmp_path / "future.pt")
     with pytest.raises(ValueError, match=r"format_version: .* has 2, this oahu reads 1"):
