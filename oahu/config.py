@@ -59,8 +59,8 @@ class OAHUConfig:
     # constraints; lr_decay 0 = constant.
     lr_decay: float = 10_000.0
     # Step-size floor (ours): the decay stops at lr_floor · η, so that a long-running learner
-    # keeps learning; 0 = no floor. 0.7 is where the decay stands after about T constraints.
-    lr_floor: float = 0.7
+    # keeps learning; 0 = no floor. 0.5 is where the decay stands after 3 T constraints.
+    lr_floor: float = 0.5
     # Per-depth loss: "margin" = max(0, D+ − D− + margin) (ours), "abtl" = Eq. 9-13.
     loss: Loss = "margin"
     margin: float = 0.05
