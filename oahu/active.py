@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
+from oahu.checks import check_int
 from oahu.learner import Learner
 
 STRATEGIES: tuple[str, ...] = ("joint-entropy", "uncertainty", "random")
@@ -190,13 +191,13 @@ def suggest_from_embeddings(
     True
     """
     points = _check_points(points)
-    batch = _positive_int(batch, "batch")
+    batch = check_int(batch, "batch")
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy: expected one of {STRATEGIES}, got {strategy!r}")
-    anchors = _positive_int(anchors, "anchors")
-    neighbours = _positive_int(neighbours, "neighbours", minimum=2)
+    anchors = check_int(anchors, "anchors")
+    neighbours = check_int(neighbours, "neighbours", minimum=2)
     n_perturb = max(MIN_PERTURBATIONS, batch + 1) if perturbations is None else perturbations
-    n_perturb = _positive_int(n_perturb, "perturbations", minimum=2)
+    n_perturb = check_int(n_perturb, "perturbations", minimum=2)
     excluded = _exclusion_keys(exclude, len(points))
     rng = np.random.default_rng(seed)
     if strategy == "random":
@@ -454,12 +455,6 @@ def _check_points(points: np.ndarray) -> np.ndarray:
     if not np.isfinite(p).all():
         raise ValueError("points: every coordinate must be finite")
     return p
-
-
-def _positive_int(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise ValueError(f"{name}: must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _as_suggestions(

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import f1_score, roc_auc_score
 
+from oahu.checks import check_int
 from oahu.inference import Classification, classify, make_index, recall_at, retrieve, verify
 from oahu.learner import Learner
 
@@ -258,8 +259,7 @@ def evaluate(
         raise ValueError(
             f"coarse: expected one label per item, shape {y.shape}, got {np.shape(coarse)}"
         )
-    if isinstance(n_pairs, bool) or not isinstance(n_pairs, (int, np.integer)) or n_pairs < 1:
-        raise ValueError(f"n_pairs: must be an integer >= 1, got {n_pairs!r}")
+    check_int(n_pairs, "n_pairs")
     alpha = learner.alpha
     query_idx = np.asarray(query_idx)
     subset = np.arange(len(query_idx))

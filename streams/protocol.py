@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oahu.checks import check_int
 from oahu.streams.closure import PROTOCOL_KINDS, ClosureKnowledge, Revelation
 
 _NO_TRIPLETS = (
@@ -39,9 +40,7 @@ _SPLIT, _CLOSURE, _RANDOM = 0, 1, 2
 
 
 def _rng(seed: int, tag: int) -> np.random.Generator:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed: must be an integer >= 0, got {seed!r}")
-    return np.random.default_rng([int(seed), tag])
+    return np.random.default_rng([check_int(seed, "seed", minimum=0), tag])
 
 
 def split_dev_test(n_items: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
