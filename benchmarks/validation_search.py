@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.learning_curves import evaluate_now
-from benchmarks.stream_runs import cached_run, probed_params, run_all
+from benchmarks.stream_runs import cached_run, run_all
 from oahu.config import OAHUConfig
 from oahu.learner import Learner
 from oahu.registry import make_learner
@@ -90,14 +90,19 @@ def validation_errors(learner: Learner, stream: ConstraintStream) -> int:
     return round(evaluate_now(learner, stream)["error"] * len(stream.test_idx))
 
 
+def learner_spec(spec: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The registered learner and the parameters a run of ``spec`` builds it with."""
+    if spec["candidate"] == EUCLIDEAN:
+        return EUCLIDEAN, {}
+    return "oahu", {**parse_candidate(spec["candidate"]), "seed": spec["seed"]}
+
+
 def run_one(spec: dict[str, Any]) -> dict[str, Any]:
     """One candidate's pass over one seed's validation stream, scored at every size."""
-    dataset, name, seed, sizes = spec["dataset"], spec["candidate"], spec["seed"], spec["sizes"]
-    stream = validation_stream(dataset, seed, max(sizes))
-    if name == EUCLIDEAN:
-        learner = make_learner(EUCLIDEAN, stream.n_features)
-    else:
-        learner = make_learner("oahu", stream.n_features, seed=seed, **parse_candidate(name))
+    name, sizes = spec["candidate"], spec["sizes"]
+    stream = validation_stream(spec["dataset"], spec["seed"], max(sizes))
+    learner_name, params = learner_spec(spec)
+    learner = make_learner(learner_name, stream.n_features, **params)
     learner.prepare(stream.X[stream.dev_idx])
     errors: dict[int, int] = {0: validation_errors(learner, stream)}
     started = time.perf_counter()
@@ -113,6 +118,7 @@ def run_one(spec: dict[str, Any]) -> dict[str, Any]:
         "n_learning": len(stream.dev_idx),
         "errors": {str(n): e for n, e in sorted(errors.items())},
         "seconds": time.perf_counter() - started,
+        "learner_params": learner.get_params(),
     }
 
 
@@ -121,9 +127,8 @@ def _cached(spec: dict[str, Any]) -> dict[str, Any]:
     key = "".join(c if c.isalnum() or c in "._=-" else "_" for c in name)
     sizes = "_".join(map(str, spec["sizes"]))
     path = RESULTS / "validation-search" / f"{spec['dataset']}-{key}-s{spec['seed']}-N{sizes}.json"
-    learner = None if name == EUCLIDEAN else ("oahu", parse_candidate(name))
-    params = None if learner is None else probed_params(*learner)
-    run = cached_run(path, learner, lambda: {**run_one(spec), "learner_params": params})
+    learner = None if name == EUCLIDEAN else learner_spec(spec)
+    run = cached_run(path, learner, lambda: run_one(spec))
     # A Fashion-MNIST search takes tens of minutes: say what each finished run scored.
     print(f"{spec['dataset']} {name} seed {spec['seed']}: errors {run['errors']}", flush=True)
     return run
