@@ -60,6 +60,7 @@ def test_a_run_scores_the_candidate_at_each_size_and_euclidean_once() -> None:
     assert list(run["errors"]) == ["0", "50", "150"]
     assert all(0 <= e <= run["n_validation"] == 450 for e in run["errors"].values())
     assert run_one({**spec, "candidate": "default"})["errors"] == run["errors"]  # seeded
+    assert run["learner_params"]["seed"] == 100  # what it learned with, for the cache check
     euclidean = run_one({**spec, "candidate": "euclidean"})
     assert list(euclidean["errors"]) == ["0"]
 
