@@ -58,8 +58,8 @@ class OAHUConfig:
     # Step-size decay (ours, S1): η_t = η · max(1 / sqrt(1 + t / lr_decay), lr_floor) after t
     # constraints; lr_decay 0 = constant.
     lr_decay: float = 10_000.0
-    # Step-size floor (ours): the decay stops at lr_floor · η, so that a long-running learner
-    # keeps learning; 0 = no floor. 0.5 is where the decay stands after 3 T constraints.
+    # So that a long-running learner keeps learning (ours); 0 = no floor. The decay reaches 0.5
+    # after 3 · lr_decay constraints, and until then learns as if there were none.
     lr_floor: float = 0.5
     # Per-depth loss: "margin" = max(0, D+ − D− + margin) (ours), "abtl" = Eq. 9-13.
     loss: Loss = "margin"
