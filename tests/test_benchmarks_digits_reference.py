@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("metric_learn")  # the bench extra (scripts/bootstrap.sh installs it)
 
-from benchmarks.digits_reference import error_count, summarise, supervised_maps
+from benchmarks.digits_reference import error_count, mlp_embedding, summarise, supervised_maps
 from oahu.baselines.euclidean import Euclidean
 from oahu.evaluation import evaluate
 from oahu.streams.datasets import load_digits
@@ -36,6 +36,19 @@ def test_supervised_maps_are_linear_maps_fitted_to_the_labels() -> None:
         # Mapped, the classes stand further apart relative to their own spread than the raw
         # items do: the map was fitted to the labels.
         assert separation(X @ m.T, y) > separation(X, y), name
+
+
+def test_mlp_embedding_is_a_seeded_unit_embedding_fitted_to_the_development_labels() -> None:
+    ds = load_digits()
+    items = np.flatnonzero(ds.y < 3)[:200]
+    X, y = ds.X[items].astype(np.float64), ds.y[items]
+    dev = np.arange(150)
+    Z = mlp_embedding(X, y, dev, seed=0)
+    assert Z.shape == (200, 64)
+    np.testing.assert_allclose(np.linalg.norm(Z, axis=1), 1.0, rtol=1e-5)
+    np.testing.assert_array_equal(Z, mlp_embedding(X, y, dev, seed=0))  # same seed, same net
+    unit_raw = X / np.linalg.norm(X, axis=1, keepdims=True)
+    assert separation(Z[dev], y[dev]) > separation(unit_raw[dev], y[dev])
 
 
 def separation(Z: np.ndarray, y: np.ndarray) -> float:
