@@ -39,6 +39,7 @@ import numpy as np
 from benchmarks.stream_runs import evaluate_on_stream
 from oahu.baselines.euclidean import Euclidean
 from oahu.evaluation import evaluate
+from oahu.loss import margin_with_gradients
 from oahu.oahu_learner import OAHU
 from oahu.stream_replay import replay
 from oahu.streams.datasets import load_digits
@@ -77,8 +78,8 @@ MLP_MARGIN, MLP_LR, MLP_EPOCHS, MLP_BATCH = 0.2, 1e-3, 10, 128
 
 def mlp_embedding(X: np.ndarray, y: np.ndarray, dev: np.ndarray, seed: int) -> np.ndarray:
     """Unit embeddings of every item of ``X`` by a one-hidden-layer network trained offline on the
-    labelled development items with the batch-all triplet hinge loss (every valid triplet of a
-    batch; the mean over the violated ones)."""
+    labelled development items with the batch-all triplet hinge loss: oahu's margin loss on every
+    valid triplet of a batch, averaged over the violated ones."""
     import torch
 
     torch.manual_seed(seed)
@@ -91,6 +92,10 @@ def mlp_embedding(X: np.ndarray, y: np.ndarray, dev: np.ndarray, seed: int) -> n
         torch.nn.ReLU(),
         torch.nn.Linear(MLP_HIDDEN, MLP_OUT),
     )
+
+    def embed(rows: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.normalize(net(rows), dim=1)
+
     opt = torch.optim.Adam(net.parameters(), lr=MLP_LR)
     order = torch.Generator().manual_seed(seed)
     dev_t = torch.as_tensor(dev)
@@ -98,18 +103,19 @@ def mlp_embedding(X: np.ndarray, y: np.ndarray, dev: np.ndarray, seed: int) -> n
         perm = dev_t[torch.randperm(len(dev_t), generator=order)]
         for start in range(0, len(perm), MLP_BATCH):
             b = perm[start : start + MLP_BATCH]
-            z = torch.nn.functional.normalize(net(Xt[b]), dim=1)
+            z = embed(Xt[b])
             d = torch.cdist(z, z)
             same = yt[b][:, None] == yt[b][None, :]
             valid = (same & ~torch.eye(len(b), dtype=torch.bool))[:, :, None] & ~same[:, None, :]
-            hinge = torch.relu(d[:, :, None] - d[:, None, :] + MLP_MARGIN)[valid]
+            hinge, _, _ = margin_with_gradients(d[:, :, None], d[:, None, :], MLP_MARGIN)
+            hinge = hinge[valid]
             violated = hinge[hinge > 0]
             if len(violated):
                 opt.zero_grad()
                 violated.mean().backward()
                 opt.step()
     with torch.no_grad():
-        return torch.nn.functional.normalize(net(Xt), dim=1).numpy()
+        return embed(Xt).numpy()
 
 
 def default_oahu_errors(seed: int) -> int:
