@@ -1,8 +1,10 @@
 """Active learning: test error against labels used, for joint-entropy batches, uncertainty only,
 and the paper's random protocol (docs/active-learning.md).
 
-For each dataset, oracle (:data:`oahu.active_loop.ORACLES`) and seed, oahu's default learner is
-taught by :func:`oahu.active_loop.active_learning` up to the largest budget, and evaluated at
+For each dataset, oracle (:data:`oahu.experiments.active_loop.ORACLES`) and seed, oahu's default
+learner is
+taught by :func:`oahu.experiments.active_loop.active_learning` up to the largest budget, and
+evaluated at
 each budget as it stands then (5-NN of Eq. 23-25, the development split as gallery, the whole
 test split as queries: error and macro-F1). ``random`` is the first N constraints of the paper's
 protocol (one stream of the largest budget, whose first N constraints are what a stream of N
@@ -37,8 +39,8 @@ import numpy as np
 
 import oahu.active as active
 from benchmarks.stream_runs import cached_run, finish_plot, run_all
-from oahu.active_loop import ORACLES, active_learning
-from oahu.evaluation import classification_quality
+from oahu.experiments.active_loop import ORACLES, active_learning
+from oahu.experiments.evaluation import classification_quality
 from oahu.registry import make_learner
 from oahu.streams.datasets import load_dataset
 from oahu.streams.stream_file import ConstraintStream

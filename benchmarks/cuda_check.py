@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from oahu import OAHU
-from oahu.evaluation import classification_quality
-from oahu.stream_replay import replay
+from oahu.experiments.evaluation import classification_quality
+from oahu.experiments.stream_replay import replay
 from oahu.streams.datasets import FASHION_MNIST_ROOT, load_fashion_mnist
 from oahu.streams.stream_file import ConstraintStream, build_stream
 

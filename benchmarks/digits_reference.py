@@ -16,7 +16,8 @@ same evaluation:
 
 NCA and LMNN learn a linear map L fitted on the development split with all its labels, offline,
 to convergence; each is scored as the Euclidean metric of the mapped items (:func:`error_count`),
-by :func:`oahu.evaluation.evaluate` (5-NN of Eq. 23-25, development split as gallery, the whole
+by :func:`oahu.experiments.evaluation.evaluate` (5-NN of Eq. 23-25, development split as gallery,
+the whole
 test split as queries). oahu's default learns the paper's stream of 3,000 constraints, one pass,
 as ``oahu replay --dataset digits --constraints 3000 --seed S`` does.
 
@@ -37,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stream_runs import evaluate_on_stream
-from oahu.baselines.euclidean import Euclidean
-from oahu.evaluation import evaluate
-from oahu.loss import margin_with_gradients
-from oahu.oahu_learner import OAHU
-from oahu.stream_replay import replay
+from oahu.experiments.evaluation import evaluate
+from oahu.experiments.stream_replay import replay
+from oahu.learners.baselines.euclidean import Euclidean
+from oahu.learners.oahu.learner import OAHU
+from oahu.learners.oahu.loss import margin_with_gradients
 from oahu.streams.datasets import load_digits
 from oahu.streams.protocol import split_dev_test
 from oahu.streams.stream_file import build_stream

@@ -50,9 +50,9 @@ import numpy as np
 
 from benchmarks.stream_runs import cached_run, evaluate_on_stream, run_all
 from oahu.drift import COMBINED
+from oahu.experiments.stream_replay import replay
 from oahu.learner import Learner
 from oahu.registry import make_learner
-from oahu.stream_replay import replay
 from oahu.streams import build_drift_stream
 from oahu.streams.drift import DRIFTS
 from oahu.streams.stream_file import ConstraintStream, build_stream
@@ -200,7 +200,7 @@ def measures(run: dict[str, Any], target: float | None = None) -> dict[str, Any]
     at = run["at"]
     if run["learner"] == "opml":
         # OPML's outcomes are over its own pass of samples, each labelled by the concept in
-        # force at the same share of the stream (oahu.stream_replay.sample_labels).
+        # force at the same share of the stream (oahu.experiments.stream_replay.sample_labels).
         at = round(at * len(mistakes) / run["n"])
     combined = [e["constraint"] for e in run["detections"] if e["signal"] == COMBINED]
     out: dict[str, Any] = {

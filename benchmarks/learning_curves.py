@@ -32,10 +32,10 @@ from typing import Any
 
 import numpy as np
 
-from oahu.evaluation import classification_quality
+from oahu.experiments.evaluation import classification_quality
+from oahu.experiments.stream_replay import replay, stream_kind_for
 from oahu.learner import Learner
 from oahu.registry import make_learner
-from oahu.stream_replay import replay, stream_kind_for
 from oahu.streams.stream_file import ConstraintStream, build_stream
 
 RESULTS = Path(__file__).resolve().parent / "results"

@@ -8,7 +8,8 @@ violated constraints plus the LogDet divergence of M from a prior, by projected 
 descent with a line search. Each step costs O(n·d²) for the residuals and an eigendecomposition
 of M, so the items are first reduced by PCA fitted on the development items (784 pixels ->
 ``n_components``): :func:`fit_lsml`. :class:`LSMLMetric` puts the result behind the
-:class:`oahu.learner.Learner` interface so that :func:`oahu.evaluation.evaluate` scores it like
+:class:`oahu.learner.Learner` interface so that :func:`oahu.experiments.evaluation.evaluate` scores
+it like
 any online learner; it learns nothing from a stream.
 
 metric-learn 0.7.0's gradient leaves out the constraint weights (1/N each) that its loss applies
@@ -218,7 +219,8 @@ def fit_lsml(
 
 
 class LSMLMetric(Learner):
-    """A fitted :class:`LSMLReference` as a (fixed) oahu learner, for :mod:`oahu.evaluation`:
+    """A fitted :class:`LSMLReference` as a (fixed) oahu learner, for
+    :mod:`oahu.experiments.evaluation`:
     one depth, Euclidean distances between ``reference.transform`` of the items. Like
     ``Euclidean`` it accepts quadruplets and learns nothing from them.
 
@@ -258,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     """Fit LSML on a hierarchy quadruplet stream at each number of components; print one JSON
     line each: steps, times, violated shares and the 5-NN error and graded nDCG@10 of the PCA
     alone and of LSML over the stream's evaluation items."""
-    from oahu.evaluation import evaluate
+    from oahu.experiments.evaluation import evaluate
     from oahu.streams.groupings import coarse_labels
     from oahu.streams.hierarchy import build_hierarchy_stream
 

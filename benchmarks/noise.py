@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from benchmarks.stream_runs import cached_run, evaluate_on_stream, finish_plot, run_all
+from oahu.experiments.stream_replay import replay
 from oahu.registry import make_learner
-from oahu.stream_replay import replay
 from oahu.streams import NOISE_MODELS, add_noise
 from oahu.streams.stream_file import build_stream
 

@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from sklearn.metrics import f1_score
 
+from oahu.experiments.stream_replay import replay
 from oahu.inference import classify, make_index
-from oahu.oahu_learner import OAHU
+from oahu.learners.oahu.learner import OAHU
 from oahu.settings import parse_settings
-from oahu.stream_replay import replay
 from oahu.streams.stream_file import build_stream
 
 

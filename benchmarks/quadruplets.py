@@ -15,7 +15,7 @@ For each dataset and seed:
 
 Each is evaluated like ``oahu replay`` (5-NN error over the test split, development split as
 gallery) plus the graded nDCG@10 of retrieval within the test split (gain 2 for the query's
-class, 1 for another class of its group: :func:`oahu.evaluation.graded_ndcg`).
+class, 1 for another class of its group: :func:`oahu.experiments.evaluation.graded_ndcg`).
 
     python -m benchmarks.quadruplets                              # Fashion-MNIST, seeds 0-2
     python -m benchmarks.quadruplets --datasets digits --constraints 3000 --seeds 0 1 2
@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.stream_runs import cached_run, run_all
-from oahu.evaluation import evaluate
-from oahu.oahu_learner import OAHU
-from oahu.stream_replay import replay
+from oahu.experiments.evaluation import evaluate
+from oahu.experiments.stream_replay import replay
+from oahu.learners.oahu.learner import OAHU
 from oahu.streams import build_hierarchy_stream, matched_triplet_stream
 from oahu.streams.groupings import GROUPINGS
 

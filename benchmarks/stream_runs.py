@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from oahu.evaluation import Evaluation, evaluate
+from oahu.experiments.evaluation import Evaluation, evaluate
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.streams.stream_file import ConstraintStream

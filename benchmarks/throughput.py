@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its
 from provenance import code_version, cpu_model
 
 from oahu.constraint_kinds import triplet_as_quadruplet
-from oahu.oahu_learner import OAHU
-from oahu.stream_replay import replay
+from oahu.experiments.stream_replay import replay
+from oahu.learners.oahu.learner import OAHU
 from oahu.streams.stream_file import ConstraintStream, build_stream
 
 RESULTS = Path(__file__).resolve().parent / "results"

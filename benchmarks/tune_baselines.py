@@ -39,9 +39,9 @@ from typing import Any
 
 import numpy as np
 
-from oahu.evaluation import evaluate
+from oahu.experiments.evaluation import evaluate
+from oahu.experiments.stream_replay import replay, stream_kind_for
 from oahu.registry import make_learner
-from oahu.stream_replay import replay, stream_kind_for
 from oahu.streams.datasets import DATASETS, load_dataset
 from oahu.streams.protocol import closure_stream, split_dev_test
 from oahu.streams.stream_file import ConstraintStream

@@ -5,7 +5,8 @@ paper's protocol, :func:`oahu.streams.protocol.split_dev_test`) is halved at ran
 seed). The *learning* half carries the paper's stream of triplets (seeds plus transitive closure)
 and is the kNN gallery; the *validation* half are the queries. The test split is never read.
 Every candidate learns the same stream of each seed in one pass and is scored at each size by the
-benchmarks' evaluation (5-NN of Eq. 23-25, :func:`oahu.evaluation.classification_quality`), as
+benchmarks' evaluation (5-NN of Eq. 23-25,
+:func:`oahu.experiments.evaluation.classification_quality`), as
 validation errors (misclassified validation items); Euclidean kNN is the reference.
 
     python -m benchmarks.validation_search --dataset digits --seeds 100 101 --sizes 1000 3000 \
@@ -33,11 +34,11 @@ import numpy as np
 
 from benchmarks.learning_curves import evaluate_now
 from benchmarks.stream_runs import cached_run, run_all
-from oahu.config import OAHUConfig
+from oahu.experiments.stream_replay import replay
 from oahu.learner import Learner
+from oahu.learners.oahu.config import OAHUConfig
 from oahu.registry import make_learner
 from oahu.settings import parse_settings
-from oahu.stream_replay import replay
 from oahu.streams.datasets import load_dataset
 from oahu.streams.protocol import split_dev_test, triplet_stream
 from oahu.streams.stream_file import ConstraintStream

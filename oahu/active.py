@@ -148,7 +148,7 @@ def suggest(
     A similarity learner (``metric == "ip"``, OASIS) has no Euclidean space to perturb and raises
     ``ValueError``.
 
-    >>> from oahu.baselines.euclidean import Euclidean
+    >>> from oahu.learners.baselines.euclidean import Euclidean
     >>> pool = np.random.default_rng(0).normal(size=(50, 3))
     >>> [len(suggest(Euclidean(n_features=3), pool, 4, s)) for s in STRATEGIES]
     [4, 4, 4]

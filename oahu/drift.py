@@ -2,7 +2,8 @@
 drift").
 
 Before a learner updates on a constraint it either ranks it right or not (the prequential
-outcome, :mod:`oahu.prequential`). While the concept holds, the rate of mistakes falls or stays
+outcome, :mod:`oahu.learners.oahu.prequential`). While the concept holds, the rate of mistakes
+falls or stays
 flat as the model learns; when the notion of similarity changes, constraints the model had
 learned start to be ranked wrongly and the rate jumps. :class:`DriftMonitor` feeds each mistake
 stream (the α-combined metric's and each depth's) to one of river's detectors —

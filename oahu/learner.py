@@ -260,7 +260,7 @@ class Learner(ABC):
         in role order (:data:`oahu.constraint_kinds.ROLES`), with ``similar`` (n,) for pairs;
         return a bool mask of those that changed the model (see ``learn_triplets``).
 
-        >>> from oahu.baselines.euclidean import Euclidean
+        >>> from oahu.learners.baselines.euclidean import Euclidean
         >>> Euclidean(n_features=1).learn("pair", [[[0.0], [1.0]]], similar=[True]).tolist()
         [False]
         """
@@ -447,7 +447,7 @@ class Learner(ABC):
         paper's kNN scores depths by Eq. 23-25 instead: :mod:`oahu.inference`.) A similarity
         learner (``metric == "ip"``) has no such space and raises ``ValueError``.
 
-        >>> from oahu.baselines.euclidean import Euclidean
+        >>> from oahu.learners.baselines.euclidean import Euclidean
         >>> Euclidean(n_features=2).transform([[3.0, 4.0]]).tolist()
         [[3.0, 4.0]]
         """
@@ -530,7 +530,7 @@ class Learner(ABC):
     def get_params(self) -> dict[str, Any]:
         """Constructor arguments (besides ``n_features``) that build this learner, untrained.
 
-        >>> from oahu.baselines.rdml import RDML
+        >>> from oahu.learners.baselines.rdml import RDML
         >>> RDML(n_features=3, learning_rate=0.5).get_params()
         {'learning_rate': 0.5, 'psd_margin': 0.5, 'preprocess': 'unit'}
         """
@@ -539,7 +539,7 @@ class Learner(ABC):
     def clone(self) -> Learner:
         """A new, untrained learner with the same parameters.
 
-        >>> from oahu.baselines.oasis import OASIS
+        >>> from oahu.learners.baselines.oasis import OASIS
         >>> OASIS(n_features=3, aggressiveness=0.5).clone()
         OASIS(n_features=3, aggressiveness=0.5)
         """

@@ -20,7 +20,7 @@ that was the paper's algorithm, and its params name none of the fields that came
 default: they are rebuilt as ``preset="paper"`` with the fields they record, i.e. as what they
 were (:func:`checkpoint_params`).
 
->>> from oahu.baselines.rdml import RDML
+>>> from oahu.learners.baselines.rdml import RDML
 >>> rdml = RDML(n_features=2, learning_rate=0.2)
 >>> _ = rdml.learn_pairs([[2.0, 0.0]], [[0.0, 0.0]], [True])
 >>> copy, extra = learner_from_bytes(learner_to_bytes(rdml, extra={"offset": 1}))

@@ -11,12 +11,12 @@ from oahu.learner import Learner
 
 # Imported lazily: a service running one learner need not import the others.
 _LEARNERS: dict[str, str] = {
-    "oahu": "oahu.oahu_learner:OAHU",
-    "euclidean": "oahu.baselines.euclidean:Euclidean",
-    "lego": "oahu.baselines.lego:LEGO",
-    "rdml": "oahu.baselines.rdml:RDML",
-    "oasis": "oahu.baselines.oasis:OASIS",
-    "opml": "oahu.baselines.opml:OPML",
+    "oahu": "oahu.learners.oahu.learner:OAHU",
+    "euclidean": "oahu.learners.baselines.euclidean:Euclidean",
+    "lego": "oahu.learners.baselines.lego:LEGO",
+    "rdml": "oahu.learners.baselines.rdml:RDML",
+    "oasis": "oahu.learners.baselines.oasis:OASIS",
+    "opml": "oahu.learners.baselines.opml:OPML",
 }
 
 LEARNER_NAMES: tuple[str, ...] = tuple(_LEARNERS)

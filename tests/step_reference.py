@@ -4,8 +4,8 @@ tests/test_network_step.py and tests/test_oahu_quadruplets.py."""
 import numpy as np
 import torch
 
-from oahu.loss import dissimilarity_threshold, similarity_threshold
-from oahu.oahu_learner import OAHU
+from oahu.learners.oahu.learner import OAHU
+from oahu.learners.oahu.loss import dissimilarity_threshold, similarity_threshold
 
 TAU, ETA = 0.1, 0.3
 

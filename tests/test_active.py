@@ -20,7 +20,7 @@ from oahu.active import (
     suggest,
     suggest_from_embeddings,
 )
-from oahu.baselines.euclidean import Euclidean
+from oahu.learners.baselines.euclidean import Euclidean
 from oahu.registry import make_learner
 
 

@@ -1,5 +1,6 @@
-"""The annotator loop (oahu.active_loop) and ``oahu replay --oracle``: the simulated annotator's
-answers by hand, the label accounting, checkpoints, determinism, and the CLI on digits."""
+"""The annotator loop (oahu.experiments.active_loop) and ``oahu replay --oracle``: the simulated
+annotator's answers by hand, the label accounting, checkpoints, determinism, and the CLI on
+digits."""
 
 from __future__ import annotations
 
@@ -8,15 +9,15 @@ import json
 import numpy as np
 import pytest
 
-import oahu.active_loop as active_loop
-from oahu.active_loop import (
+import oahu.experiments.active_loop as active_loop
+from oahu.cli.main import main
+from oahu.experiments.active_loop import (
     NEITHER,
     ORACLES,
     active_learning,
     annotate,
     answered_triplets,
 )
-from oahu.cli.main import main
 from oahu.registry import make_learner
 from oahu.streams.stream_file import build_stream
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from oahu.arrays import (
+from oahu.learners.oahu import arrays
+from oahu.learners.oahu.arrays import (
     add_batched_outer_,
     add_outer_,
     host_view,
@@ -71,7 +72,8 @@ def test_row_norms_and_relu_backward_agree_across_libraries() -> None:
 @pytest.mark.parametrize("shape", [(128, 200), (200, 200), (1, 200, 128)])
 def test_times_transposed_equals_the_plain_product_to_the_bit_in_c_order(shape) -> None:
     # The network's forward pass takes it for x·Wᵀ: a learner's model must not depend on which
-    # of the two BLAS calls a row count picks, and what is computed next must see C order.
+    # of the two BLAS calls a row count picks (on some CPUs they round differently: the probe
+    # keeps the faster one only where it agrees), and what is computed next must see C order.
     rng = np.random.default_rng(2)
     w = rng.standard_normal(shape, dtype=np.float32)
     with blas_threads(1):
@@ -85,3 +87,20 @@ def test_times_transposed_equals_the_plain_product_to_the_bit_in_c_order(shape) 
     on_torch = times_transposed(torch.from_numpy(x), torch.from_numpy(w))
     assert on_torch.shape == (*out.shape[:-2], 12, shape[-2])
     assert np.allclose(on_torch.numpy(), times_transposed(x, w), atol=1e-4)
+
+
+@pytest.mark.parametrize("rows", [9, 12, 96])
+def test_the_probe_tells_whether_the_two_forms_agree_on_this_cpu(rows) -> None:
+    # What the probe remembers for a shape is what other operands of that shape show: the two
+    # forms either sum in the same order (equal bits for any operands) or not (different bits
+    # for almost all), so three fresh draws must all agree with it.
+    arrays._AGREES.clear()
+    with blas_threads(1):
+        probed = arrays._transposed_form_agrees(rows, (128, 200))
+        rng = np.random.default_rng(99)
+        for _ in range(3):
+            w = rng.standard_normal((128, 200), dtype=np.float32)
+            x = rng.standard_normal((rows, 200), dtype=np.float32)
+            same = np.array_equal((w @ x.T).T, x @ w.T)
+            assert same == probed
+    assert arrays._AGREES[(rows, 128, 200)] == probed

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from test_learner_contract import D, feed, random_stream
 
-from oahu.baselines.euclidean import Euclidean
-from oahu.baselines.lego import LEGO, UNIT_SCALE_TARGETS
-from oahu.baselines.oasis import OASIS
-from oahu.baselines.opml import OPML
-from oahu.baselines.rdml import RDML
+from oahu.learners.baselines.euclidean import Euclidean
+from oahu.learners.baselines.lego import LEGO, UNIT_SCALE_TARGETS
+from oahu.learners.baselines.oasis import OASIS
+from oahu.learners.baselines.opml import OPML
+from oahu.learners.baselines.rdml import RDML
 from oahu.persistence import load_learner, save_learner
 from oahu.registry import make_learner
 

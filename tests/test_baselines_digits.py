@@ -25,12 +25,12 @@ from sklearn.datasets import load_digits
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.preprocessing import StandardScaler
 
-from oahu.baselines.euclidean import Euclidean
-from oahu.baselines.lego import LEGO
-from oahu.baselines.oasis import OASIS
-from oahu.baselines.opml import OPML
-from oahu.baselines.rdml import RDML
 from oahu.learner import Learner
+from oahu.learners.baselines.euclidean import Euclidean
+from oahu.learners.baselines.lego import LEGO
+from oahu.learners.baselines.oasis import OASIS
+from oahu.learners.baselines.opml import OPML
+from oahu.learners.baselines.rdml import RDML
 
 K = 5
 N_TRIPLETS = 2000

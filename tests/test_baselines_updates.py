@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from oahu.baselines._linalg import mahalanobis_factor
-from oahu.baselines.euclidean import Euclidean
-from oahu.baselines.lego import LEGO
-from oahu.baselines.oasis import OASIS, PENDING_STEPS
-from oahu.baselines.opml import OPML
-from oahu.baselines.rdml import RDML
+from oahu.learners.baselines._linalg import mahalanobis_factor
+from oahu.learners.baselines.euclidean import Euclidean
+from oahu.learners.baselines.lego import LEGO
+from oahu.learners.baselines.oasis import OASIS, PENDING_STEPS
+from oahu.learners.baselines.opml import OPML
+from oahu.learners.baselines.rdml import RDML
 
 
 def squared_embedded_distance(learner, u, v) -> float:

@@ -8,8 +8,8 @@ import pytest
 pytest.importorskip("metric_learn")  # the bench extra (scripts/bootstrap.sh installs it)
 
 from benchmarks.digits_reference import error_count, mlp_embedding, summarise, supervised_maps
-from oahu.baselines.euclidean import Euclidean
-from oahu.evaluation import evaluate
+from oahu.experiments.evaluation import evaluate
+from oahu.learners.baselines.euclidean import Euclidean
 from oahu.streams.datasets import load_digits
 from oahu.streams.protocol import split_dev_test
 

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("metric_learn")  # the bench extra (scripts/bootstrap.sh installs it)
 
 from benchmarks.lsml_reference import LSMLMetric, LSMLReference, fit_lsml
-from oahu.evaluation import evaluate
+from oahu.experiments.evaluation import evaluate
 from oahu.streams.datasets import load_digits
 from oahu.streams.protocol import split_dev_test
 

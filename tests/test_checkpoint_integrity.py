@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from service_support import REPO, assert_same_model, make_stream, train_reference, wait_until
 from test_service_file import run_to_end  # the service over a whole file, shut down cleanly
 
-from oahu.baselines.rdml import RDML
 from oahu.connectors.file_source import FileSource
+from oahu.learners.baselines.rdml import RDML
 from oahu.persistence import LearnerFileError, load_learner, save_learner
 from oahu.registry import make_learner
 from oahu.service.checkpoints import (

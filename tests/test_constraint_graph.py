@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from oahu.constraint_graph import ConstraintGraph, row_keys
+from oahu.learners.oahu.constraint_graph import ConstraintGraph, row_keys
 
 
 def graph(capacity: int = 64, seed: int = 0) -> ConstraintGraph:

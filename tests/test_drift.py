@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oahu import drift
-from oahu.baselines.oasis import OASIS
-from oahu.baselines.opml import OPML
 from oahu.drift import COMBINED, CONFIRM, DETECTORS, MIN_RISE, DriftMonitor
-from oahu.oahu_learner import OAHU
+from oahu.learners.baselines.oasis import OASIS
+from oahu.learners.baselines.opml import OPML
+from oahu.learners.oahu.learner import OAHU
 from oahu.persistence import learner_from_bytes, learner_to_bytes
 from oahu.registry import LEARNER_NAMES, learner_class, make_learner
 from oahu.service.metrics import LearningMetrics

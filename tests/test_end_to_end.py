@@ -6,9 +6,9 @@ import socket
 import pytest
 
 from oahu.cli.main import main
-from oahu.config import OAHUConfig
-from oahu.evaluation import evaluate
-from oahu.oahu_learner import OAHU
+from oahu.experiments.evaluation import evaluate
+from oahu.learners.oahu.config import OAHUConfig
+from oahu.learners.oahu.learner import OAHU
 from oahu.streams import build_stream
 
 EUCLIDEAN_ERROR_SEED0 = 13 / 898  # measured: 13 of 898 test items misclassified by Euclidean 5-NN

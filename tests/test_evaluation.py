@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import ndcg_score
 
-from oahu.baselines.euclidean import Euclidean
-from oahu.evaluation import evaluate, graded_ndcg
-from oahu.oahu_learner import OAHU
+from oahu.experiments.evaluation import evaluate, graded_ndcg
+from oahu.learners.baselines.euclidean import Euclidean
+from oahu.learners.oahu.learner import OAHU
 from oahu.streams.datasets import load_digits
 from oahu.streams.groupings import coarse_labels
 from oahu.streams.protocol import split_dev_test

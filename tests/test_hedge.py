@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from oahu.hedge import hedge_update
+from oahu.learners.oahu.hedge import hedge_update
 
 
 def t(*values: float) -> torch.Tensor:

@@ -5,7 +5,12 @@ import math
 import pytest
 import torch
 
-from oahu.loss import abtl, abtl_with_gradients, dissimilarity_threshold, similarity_threshold
+from oahu.learners.oahu.loss import (
+    abtl,
+    abtl_with_gradients,
+    dissimilarity_threshold,
+    similarity_threshold,
+)
 
 TAU = 0.1
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from step_reference import ETA, TAU, reference_step
 
-from oahu.oahu_learner import OAHU
+from oahu.learners.oahu.learner import OAHU
 
 
 def test_linear_head_step_by_hand() -> None:

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from oahu.config import PRESETS, OAHUConfig
-from oahu.oahu_learner import OAHU
+from oahu.learners.oahu.config import PRESETS, OAHUConfig
+from oahu.learners.oahu.learner import OAHU
 from oahu.persistence import load_learner, read_blob, save_learner
 
 D = 12

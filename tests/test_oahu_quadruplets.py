@@ -8,7 +8,7 @@ import torch
 from step_reference import ETA, TAU, reference_step
 
 from oahu.constraint_kinds import triplet_as_quadruplet
-from oahu.oahu_learner import OAHU
+from oahu.learners.oahu.learner import OAHU
 from oahu.persistence import learner_from_bytes, learner_to_bytes
 
 D = 5

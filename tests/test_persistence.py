@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from oahu.baselines.lego import LEGO
-from oahu.oahu_learner import OAHU
+from oahu.learners.baselines.lego import LEGO
+from oahu.learners.oahu.learner import OAHU
 from oahu.persistence import (
     FORMAT_VERSION,
     learner_from_bytes,

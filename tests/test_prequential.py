@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from oahu.prequential import PrequentialAccuracy
+from oahu.learners.oahu.prequential import PrequentialAccuracy
 
 
 def test_rolling_window_forgets_the_oldest() -> None:

@@ -13,7 +13,7 @@ def test_every_exported_name_resolves_to_what_its_module_defines():
     for name in oahu.__all__:
         value = getattr(oahu, name)
         assert getattr(value, "__name__", name) == name or not callable(value)
-    assert oahu.OAHU.__module__ == "oahu.oahu_learner"
+    assert oahu.OAHU.__module__ == "oahu.learners.oahu.learner"
     assert set(oahu.__all__) <= set(dir(oahu))
 
 

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from oahu.replay_memory import ReplayReservoir
+from oahu.learners.oahu.replay_memory import ReplayReservoir
 
 
 def triplets(n: int, start: int = 0) -> np.ndarray:

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from river import neighbors
 
-from oahu.config import PRESETS, OAHUConfig
-from oahu.oahu_learner import OAHU
-from oahu.river_api import MetricTransformer, Pair, Triplet
+from oahu.adapters.river_api import MetricTransformer, Pair, Triplet
+from oahu.learners.oahu.config import PRESETS, OAHUConfig
+from oahu.learners.oahu.learner import OAHU
 
 SMALL_OAHU = {"hidden_width": 8, "embedding_dim": 4, "device": "cpu"}
 

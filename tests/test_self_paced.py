@@ -7,9 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oahu.oahu_learner import OAHU
+from oahu.learners.oahu.learner import OAHU
+from oahu.learners.oahu.self_paced import SelfPacedSelector
 from oahu.persistence import learner_from_bytes, learner_to_bytes
-from oahu.self_paced import SelfPacedSelector
 
 
 def selector(**kw) -> SelfPacedSelector:

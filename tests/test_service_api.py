@@ -17,8 +17,8 @@ from service_support import (
 )
 from service_support import start_service as start_file_service
 
-from oahu.config import OAHUConfig
-from oahu.evaluation import evaluate, knn_classify
+from oahu.experiments.evaluation import evaluate, knn_classify
+from oahu.learners.oahu.config import OAHUConfig
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.serving.app import Service

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from oahu.oahu_learner import OAHU
+from oahu.learners.oahu.learner import OAHU
 from oahu.service.config import ServiceConfig, read_env
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
 

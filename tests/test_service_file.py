@@ -18,10 +18,10 @@ from service_support import (
 )
 
 from oahu.cli.main import main
-from oahu.config import OAHUConfig
 from oahu.connectors.dead_letter import read_dead_letters
 from oahu.connectors.messages import encode_stream
 from oahu.drift import CONFIRM
+from oahu.learners.oahu.config import OAHUConfig
 from oahu.registry import LEARNER_NAMES, make_learner
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig

@@ -30,9 +30,9 @@ from service_support import (
     wait_until,
 )
 
-from oahu.config import OAHUConfig
 from oahu.connectors.kafka_sink import KafkaSink
 from oahu.connectors.messages import encode_constraints, encode_stream
+from oahu.learners.oahu.config import OAHUConfig
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.streams.stream_file import ConstraintStream
 

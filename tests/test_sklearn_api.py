@@ -12,9 +12,9 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils import check_random_state
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from oahu.baselines.lego import LEGO
-from oahu.oahu_learner import OAHU
-from oahu.sklearn_api import MetricLearner
+from oahu.adapters.sklearn_api import MetricLearner
+from oahu.learners.baselines.lego import LEGO
+from oahu.learners.oahu.learner import OAHU
 from oahu.streams.protocol import closure_stream
 
 SMALL_OAHU = {"hidden_width": 8, "embedding_dim": 4, "n_hidden_layers": 2, "device": "cpu"}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from oahu.oahu_learner import OAHU
+from oahu.learners.oahu.learner import OAHU
 from oahu.persistence import learner_to_bytes
 from oahu.service.catalog import Catalog, ItemStore
 from oahu.service.metrics import ServiceMetrics

@@ -9,14 +9,14 @@ from typing import Any
 
 import numpy as np
 
-from oahu.active_loop import INITIAL, ORACLES, ActiveStats, active_learning
 from oahu.cli.stream_arguments import add_stream_arguments
-from oahu.config import PRESETS
 from oahu.drift import COMBINED
-from oahu.evaluation import evaluate
+from oahu.experiments.active_loop import INITIAL, ORACLES, ActiveStats, active_learning
+from oahu.experiments.evaluation import evaluate
+from oahu.experiments.stream_replay import ReplayStats, as_json_floats, replay, stream_kind_for
+from oahu.learners.oahu.config import PRESETS
 from oahu.registry import LEARNER_NAMES, check_params, learner_class, make_learner
 from oahu.settings import parse_settings
-from oahu.stream_replay import ReplayStats, as_json_floats, replay, stream_kind_for
 from oahu.streams.groupings import Grouping
 from oahu.streams.stream_file import ConstraintStream, build_stream, load_stream
 

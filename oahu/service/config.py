@@ -174,7 +174,7 @@ class ServiceConfig:
         if self.self_paced and self.learner != "oahu":
             raise ValueError(f"self_paced: only OAHU learns self-paced, not {self.learner!r}")
         if self.preset is not None:
-            from oahu.config import PRESETS
+            from oahu.learners.oahu.config import PRESETS
 
             if self.learner != "oahu":
                 raise ValueError(f"preset: only OAHU has presets, not {self.learner!r}")

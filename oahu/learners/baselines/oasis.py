@@ -25,15 +25,15 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from oahu.baselines._linalg import (
+from oahu.checks import check_number
+from oahu.learner import Capabilities, Learner, MetricKind
+from oahu.learners.baselines._linalg import (
     as_fortran64,
     fortran_identity,
     low_rank_update,
     matvec,
     to_tensor,
 )
-from oahu.baselines._params import positive_float
-from oahu.learner import Capabilities, Learner, MetricKind
 from oahu.threads import blas_threads
 
 PENDING_STEPS = 32  # rank-one steps kept as factors before they are folded into W
@@ -77,7 +77,9 @@ class OASIS(Learner):
         drift_detector: str = "adwin",
     ) -> None:
         super().__init__(n_features, preprocess=preprocess)
-        self.aggressiveness = positive_float("aggressiveness", aggressiveness)
+        self.aggressiveness = check_number(
+            aggressiveness, "aggressiveness", low=0.0, closed="neither"
+        )
         self.drift_detector = drift_detector
         self._watch_for_drift(drift_detector)
         self._w = fortran_identity(self.n_features)  # W_base: W without the pending steps

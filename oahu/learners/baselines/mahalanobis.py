@@ -10,20 +10,20 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from oahu.baselines._linalg import (
+from oahu.learner import Capabilities, Learner, MetricKind
+from oahu.learners.baselines._linalg import (
     as_fortran64,
     fortran_identity,
     mahalanobis_factor,
     symmetrized,
     to_tensor,
 )
-from oahu.learner import Capabilities, Learner, MetricKind
 from oahu.threads import blas_threads
 
 
 class MahalanobisLearner(Learner):
     """Base of learners that keep a PSD A in ``self._a`` (Fortran order, only the upper triangle
-    valid; see ``oahu.baselines._linalg``) and compare items by d_A.
+    valid; see ``oahu.learners.baselines._linalg``) and compare items by d_A.
 
     Subclasses implement ``_update_triplet(a − p, a − n)``, called once per triplet in stream
     order with BLAS on one thread.

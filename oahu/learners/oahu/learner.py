@@ -8,7 +8,8 @@ Per update, in this order (docs/algorithms.md, "One update"):
    embedded at every depth and each depth's loss is computed: the margin loss (ours) or ABTL
    (Eq. 13);
 2. before anything changes, each depth and the α-combined metric are scored on whether they
-   ranked the new triplet(s) right: the prequential accuracy (:mod:`oahu.prequential`);
+   ranked the new triplet(s) right: the prequential accuracy
+   (:mod:`oahu.learners.oahu.prequential`);
 3. one gradient-descent step on the mean over triplets of the depths' losses, weighted by α
    (Eq. 21-22) or uniformly (ours), with step size η or η · max(1/sqrt(1 + t/T), φ) (ours);
 4. the hedge step of Eq. 20, discounting each depth by its training loss (the paper) or by its
@@ -34,18 +35,18 @@ import numpy as np
 import torch
 from sklearn.decomposition import PCA
 
-from oahu.arrays import concat, namespace, row_norms
-from oahu.config import PRESETS, OAHUConfig, adaptation_steps
-from oahu.constraint_graph import ConstraintGraph
 from oahu.constraint_kinds import TRIPLET_AS_QUADRUPLET
-from oahu.device import resolve_device
-from oahu.hedge import hedge_update
 from oahu.learner import Capabilities, Diagnostic, Learner
-from oahu.loss import abtl_with_gradients, margin_with_gradients
-from oahu.network import MultiDepthNetwork
-from oahu.prequential import PrequentialAccuracy
-from oahu.replay_memory import ReplayReservoir
-from oahu.self_paced import SelfPacedSelector
+from oahu.learners.oahu.arrays import concat, namespace, row_norms
+from oahu.learners.oahu.config import PRESETS, OAHUConfig, adaptation_steps
+from oahu.learners.oahu.constraint_graph import ConstraintGraph
+from oahu.learners.oahu.device import resolve_device
+from oahu.learners.oahu.hedge import hedge_update
+from oahu.learners.oahu.loss import abtl_with_gradients, margin_with_gradients
+from oahu.learners.oahu.network import MultiDepthNetwork
+from oahu.learners.oahu.prequential import PrequentialAccuracy
+from oahu.learners.oahu.replay_memory import ReplayReservoir
+from oahu.learners.oahu.self_paced import SelfPacedSelector
 from oahu.threads import blas_threads
 
 SKIP_NON_FINITE_LOSS = "non_finite_loss"
@@ -65,7 +66,8 @@ class OAHU(Learner):
     Parameters
     ----------
     n_features : input dimension d.
-    preset : a named configuration of :data:`oahu.config.PRESETS` (``"paper"``: the published
+    preset : a named configuration of :data:`oahu.learners.oahu.config.PRESETS` (``"paper"``: the
+    published
         algorithm); None for oahu's defaults (:class:`OAHUConfig`).
     **fields : any field of :class:`OAHUConfig` (``hidden_width``, ``learning_rate``,
         ``batch_size``, ``device``, ...), overriding the preset's or the default value. They are
@@ -147,7 +149,7 @@ class OAHU(Learner):
         self.network = MultiDepthNetwork(width, self.config, self.device)
         # Where the per-depth arithmetic (loss, gradient coefficients, hedge) runs: numpy views
         # on the CPU, where its few dozen tiny operations cost a third of torch's dispatch;
-        # torch on a GPU, so that nothing leaves the device. See oahu.arrays.
+        # torch on a GPU, so that nothing leaves the device. See oahu.learners.oahu.arrays.
         self._on_host = self.device.type == "cpu"
         depths = self.config.n_depths
         self._alpha = self._small(torch.full((depths,), 1.0 / depths, device=self.device))
@@ -357,7 +359,7 @@ class OAHU(Learner):
         "Quadruplets"). Mined triplets join a quadruplet step as (a, p, a, n).
 
         The rows are numpy on the host; on a GPU they go to the device for the network, and the
-        arithmetic is the same (:mod:`oahu.arrays`).
+        arithmetic is the same (:mod:`oahu.learners.oahu.arrays`).
         """
         n_new, n_roles = block.shape[:2]
         new = self.input_scaler.project(block.reshape(n_roles * n_new, -1)).reshape(

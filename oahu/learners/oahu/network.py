@@ -11,7 +11,8 @@ its own depth's loss) and Eq. 22 (W(l) receives Σ_{j≥l} α(j)∇L(j)) are exa
 and doing it by hand lets each weight be updated in place with one fused GEMM (``addmm_`` or BLAS
 ``sgemm``). That keeps a strict (one-triplet) step at a few dozen small operations, whose per-call
 overhead is what bounds its speed: on the CPU the step runs on numpy views of the weights, where
-that overhead is smallest (:mod:`oahu.arrays`). ``tests/test_network_step.py`` checks the step
+that overhead is smallest (:mod:`oahu.learners.oahu.arrays`). ``tests/test_network_step.py`` checks
+the step
 against autograd and against a hand computation.
 """
 
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from oahu.arrays import (
+from oahu.learners.oahu.arrays import (
     Array,
     add_batched_outer_,
     add_outer_,
@@ -35,7 +36,7 @@ from oahu.arrays import (
     row_norms,
     times_transposed,
 )
-from oahu.config import OAHUConfig
+from oahu.learners.oahu.config import OAHUConfig
 
 _NORM_EPS = 1e-12  # as torch.nn.functional.normalize
 
@@ -144,7 +145,8 @@ class MultiDepthNetwork:
         self.biases = [b.to(device).contiguous() for b in self.biases]
         self.head0 = self.head0.to(device).contiguous()
         self.heads = self.heads.to(device).contiguous()
-        # numpy views of the same memory for the CPU step (see oahu.arrays); None on a GPU.
+        # numpy views of the same memory for the CPU step (see oahu.learners.oahu.arrays); None on
+        # a GPU.
         self._host = (
             (
                 [host_view(w) for w in self.weights],
@@ -166,7 +168,7 @@ class MultiDepthNetwork:
         """Embeddings at every depth, shape (L+1, m, E), plus what ``step`` needs.
 
         ``x`` is a numpy array (CPU only: the step then runs on numpy views of the weights, see
-        :mod:`oahu.arrays`) or a tensor on the network's device.
+        :mod:`oahu.learners.oahu.arrays`) or a tensor on the network's device.
         """
         weights, biases, head0, heads = self._parameters(x)
         xp = namespace(x)

@@ -21,9 +21,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from oahu.baselines._linalg import sym_matvec, sym_rank1_update
-from oahu.baselines._params import positive_float
-from oahu.baselines.mahalanobis import PairwiseMahalanobis
+from oahu.checks import check_number
+from oahu.learners.baselines._linalg import sym_matvec, sym_rank1_update
+from oahu.learners.baselines.mahalanobis import PairwiseMahalanobis
 
 # (u, l) when neither the caller nor ``prepare`` set them: the 5th / 95th percentile squared
 # distances of unit-length rows (standardised digits: 1.07 / 2.71), the scale the other
@@ -71,7 +71,7 @@ class LEGO(PairwiseMahalanobis):
         preprocess: str = "unit",
     ) -> None:
         super().__init__(n_features, preprocess=preprocess)
-        self.learning_rate = positive_float("learning_rate", learning_rate)
+        self.learning_rate = check_number(learning_rate, "learning_rate", low=0.0, closed="neither")
         self.target_similar = _optional_target("target_similar", target_similar)
         self.target_dissimilar = _optional_target("target_dissimilar", target_dissimilar)
         self._targets: tuple[float, float] | None = None  # (u, l) once both are known
@@ -171,7 +171,7 @@ class LEGO(PairwiseMahalanobis):
 
 
 def _optional_target(name: str, value: Any) -> float | None:
-    return None if value is None else positive_float(name, value)
+    return None if value is None else check_number(value, name, low=0.0, closed="neither")
 
 
 def _check_target_order(near: float, far: float) -> None:

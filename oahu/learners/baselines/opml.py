@@ -34,13 +34,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from oahu.baselines._linalg import (
+from oahu.checks import check_number
+from oahu.learner import Capabilities
+from oahu.learners.baselines._linalg import (
     sym_matvec,
     sym_rank2k_update,
 )
-from oahu.baselines._params import positive_float
-from oahu.baselines.mahalanobis import MahalanobisLearner
-from oahu.learner import Capabilities
+from oahu.learners.baselines.mahalanobis import MahalanobisLearner
 
 SKIP_ILL_POSED = "ill_posed"
 _MIN_DETERMINANT = 1e-12
@@ -86,7 +86,9 @@ class OPML(MahalanobisLearner):
         drift_detector: str = "adwin",
     ) -> None:
         super().__init__(n_features, preprocess=preprocess)
-        self.regularization = positive_float("regularization", regularization)
+        self.regularization = check_number(
+            regularization, "regularization", low=0.0, closed="neither"
+        )
         self.drift_detector = drift_detector
         self._watch_for_drift(drift_detector)
         self._wrong: list[bool] = []  # prequential outcomes of the triplets being learned

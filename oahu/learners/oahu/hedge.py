@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from oahu.arrays import namespace
+from oahu.learners.oahu.arrays import namespace
 
 
 def hedge_update(
@@ -22,7 +22,8 @@ def hedge_update(
     L_min = min_l L(l) (ln 0 = −∞, so L_min = 0 takes the second branch). Then the floor
     α ← max(α, s/(L+1)) and renormalisation to Σα = 1.
 
-    Works on torch tensors or numpy arrays (:func:`oahu.arrays.namespace`); on a device it runs
+    Works on torch tensors or numpy arrays (:func:`oahu.learners.oahu.arrays.namespace`); on a
+    device it runs
     without a host synchronisation (the branch is a ``where``).
 
     >>> a = hedge_update(torch.full((2,), 0.5), torch.tensor([0.0, 1.0]), beta=0.5, smoothing=0.1)

@@ -46,23 +46,50 @@ def host_view(t: torch.Tensor) -> np.ndarray:
 # Row counts for which OpenBLAS computes x·Wᵀ faster as (W·xᵀ)ᵀ, measured with OpenBLAS 0.3.31
 # on SkylakeX for weights of 128-200 by 128-200: from 9 rows on it takes a slower path for the
 # first form (25-35% slower at a strict step's 12 rows), and from about 200 rows the second form
-# is the slower one (it still won at 96 rows, lost at 192); 128 is between the two. Only speed
-# depends on this choice: both forms give the same bits.
+# is the slower one (it still won at 96 rows, lost at 192); 128 is between the two.
 _TRANSPOSED_ROWS = range(9, 129)
+# Whether the second form gives the first one's bits, per shape (rows, weight shape). The two sum
+# the same products, but whether in the same order depends on the BLAS kernels the CPU selects:
+# on SkylakeX they agree, on AMD EPYC (Zen) they do not from 9 rows on. A model must not depend
+# on which form a row count picks (a strict step and a micro-batch would round differently), so
+# the faster form is used only where a probe shows that it agrees to the bit.
+_AGREES: dict[tuple[int, ...], bool] = {}
+
+
+def _transposed_form_agrees(rows: int, w_shape: tuple[int, ...]) -> bool:
+    """Whether ``(w @ xᵀ)ᵀ`` equals ``x @ wᵀ`` to the bit for x of ``rows`` rows, on this CPU:
+    probed once per shape with random operands (different summation orders differ in some of
+    their ``rows · n`` sums with near certainty), then remembered."""
+    key = (rows, *w_shape)
+    agrees = _AGREES.get(key)
+    if agrees is None:
+        rng = np.random.default_rng(rows)
+        w = rng.standard_normal(w_shape, dtype=np.float32)
+        x = rng.standard_normal((*w_shape[:-2], rows, w_shape[-1]), dtype=np.float32)
+        plain = x @ w.swapaxes(-1, -2)
+        agrees = _AGREES[key] = bool(
+            np.array_equal((w @ x.swapaxes(-1, -2)).swapaxes(-1, -2), plain)
+        )
+    return agrees
 
 
 def times_transposed(x: Array, w: Array) -> Array:
     """``x @ wᵀ`` over the last two axes: x (..., m, k) and weights w (..., n, k), (..., m, n).
 
-    On numpy, for the row counts m of ``_TRANSPOSED_ROWS`` it is computed as ``(w @ xᵀ)ᵀ``: the
-    same products summed in the same order (the results are equal to the bit), through BLAS's
-    faster kernel for that shape.
+    On numpy, for the row counts m of ``_TRANSPOSED_ROWS`` it is computed as ``(w @ xᵀ)ᵀ``,
+    through BLAS's faster kernel for that shape, where this CPU's kernels give that form the
+    same bits as the plain product (probed once per shape); elsewhere it is the plain product.
+    Either way the result is ``x @ wᵀ`` to the bit, in C order.
 
     >>> x, w = np.arange(24, dtype=np.float32).reshape(12, 2), np.ones((3, 2), np.float32)
     >>> times_transposed(x, w).shape, bool((times_transposed(x, w) == x @ w.T).all())
     ((12, 3), True)
     """
-    if isinstance(x, np.ndarray) and x.shape[-2] in _TRANSPOSED_ROWS:
+    if (
+        isinstance(x, np.ndarray)
+        and x.shape[-2] in _TRANSPOSED_ROWS
+        and _transposed_form_agrees(x.shape[-2], w.shape)
+    ):
         # C order, as x @ wᵀ gives: what is computed from it next must see the same layout.
         return np.ascontiguousarray((w @ x.swapaxes(-1, -2)).swapaxes(-1, -2))
     return x @ w.swapaxes(-1, -2)

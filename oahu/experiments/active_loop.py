@@ -22,8 +22,8 @@ import numpy as np
 from tqdm import tqdm
 
 from oahu.active import suggest
+from oahu.experiments.stream_replay import ReplayStats, replay
 from oahu.learner import Learner
-from oahu.stream_replay import ReplayStats, replay
 from oahu.streams.stream_file import ConstraintStream, build_stream
 
 # --oracle -> the suggestion strategy it asks (None: the paper's random protocol).

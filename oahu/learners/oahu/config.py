@@ -19,6 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from oahu.checks import check_bool, check_choice, check_int, check_number
 from oahu.drift import DETECTORS
 from oahu.preprocessing import parse_preprocess
 
@@ -110,7 +111,8 @@ class OAHUConfig:
     drift_step_boost: float = 5.0
     drift_boost_span: int = 2000
     # Self-paced learning (ours, after LEAP; docs/algorithms.md "Self-paced learning",
-    # oahu/self_paced.py): learn a new constraint only when its loss is below λ, or, within its
+    # oahu/learners/oahu/self_paced.py): learn a new constraint only when its loss is below λ, or,
+    # within its
     # cluster of recent hard constraints, below λ + γ(√i − √(i−1)) for its rank i; λ = λ0·β^r and
     # γ = γ0·β^r after r rounds of ``pace_round`` constraints; ``pace_clusters`` clusters of
     # river's online k-means. λ0 and γ0 were chosen on development seed 100 (Fashion-MNIST,
@@ -132,62 +134,60 @@ class OAHUConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
 
     def __post_init__(self) -> None:
-        _check_int(self, "n_hidden_layers", 0)
-        _check_int(self, "hidden_width", 1)
-        _check_int(self, "embedding_dim", 0)
-        for field in ("replay", "mined", "mining_candidates"):
-            _check_int(self, field, 0)
-        for field in ("replay_memory", "item_memory", "prequential_window", "pace_round"):
-            _check_int(self, field, 1)
-        _check_int(self, "graph_memory", max(self.item_memory, 3))
-        _check_int(self, "batch_size", 1)
-        _check_int(self, "seed", 0)
-        _check_int(self, "cpu_threads", 0)
-        _check_int(self, "pace_clusters", 1)
-        for field in ("pace_start", "pace_diversity"):
-            if not (isinstance(getattr(self, field), (int, float)) and getattr(self, field) >= 0):
-                raise ValueError(f"{field}: must be a number >= 0, got {getattr(self, field)!r}")
-        if not (isinstance(self.pace_growth, (int, float)) and self.pace_growth >= 1.0):
-            raise ValueError(f"pace_growth: must be a number >= 1, got {self.pace_growth!r}")
-        if not 0.0 < self.beta < 1.0:
-            raise ValueError(f"beta: must be in (0, 1), got {self.beta}")
-        if not 0.0 <= self.smoothing < 1.0:
-            raise ValueError(f"smoothing: must be in [0, 1), got {self.smoothing}")
-        if not self.learning_rate > 0.0:
-            raise ValueError(f"learning_rate: must be > 0, got {self.learning_rate}")
-        if not 0.0 < self.tau < 2.0 / 3.0:
-            raise ValueError(f"tau: must be in (0, 2/3) (Section 3.5), got {self.tau}")
-        if not (isinstance(self.lr_decay, int | float) and self.lr_decay >= 0.0):
-            raise ValueError(f"lr_decay: must be a number >= 0, got {self.lr_decay!r}")
-        if not (isinstance(self.lr_floor, int | float) and 0.0 <= self.lr_floor <= 1.0):
-            raise ValueError(f"lr_floor: must be a number in [0, 1], got {self.lr_floor!r}")
-        if not (isinstance(self.margin, int | float) and self.margin >= 0.0):
-            raise ValueError(f"margin: must be a number >= 0, got {self.margin!r}")
-        _check_choice(self, "drift_detector", ("none", *DETECTORS))
-        _check_int(self, "drift_boost_span", 1)
-        if not (isinstance(self.drift_step_boost, int | float) and self.drift_step_boost >= 1.0):
-            raise ValueError(
-                f"drift_step_boost: must be a number >= 1, got {self.drift_step_boost!r}"
-            )
+        for field, minimum in (
+            ("n_hidden_layers", 0),
+            ("hidden_width", 1),
+            ("embedding_dim", 0),
+            ("replay", 0),
+            ("mined", 0),
+            ("mining_candidates", 0),
+            ("replay_memory", 1),
+            ("item_memory", 1),
+            ("prequential_window", 1),
+            ("pace_round", 1),
+            ("graph_memory", max(self.item_memory, 3)),
+            ("batch_size", 1),
+            ("seed", 0),
+            ("cpu_threads", 0),
+            ("pace_clusters", 1),
+            ("drift_boost_span", 1),
+            ("head0_components", 0),
+        ):
+            check_int(getattr(self, field), field, minimum)
+        for field, low, high, closed in (
+            ("pace_start", 0.0, None, "both"),
+            ("pace_diversity", 0.0, None, "both"),
+            ("pace_growth", 1.0, None, "both"),
+            ("beta", 0.0, 1.0, "neither"),
+            ("smoothing", 0.0, 1.0, "left"),
+            ("learning_rate", 0.0, None, "neither"),
+            # ABTL's bound τ < 2/3 keeps its adaptive margin positive (Section 3.5).
+            ("tau", 0.0, 2.0 / 3.0, "neither"),
+            ("lr_decay", 0.0, None, "both"),
+            ("lr_floor", 0.0, 1.0, "both"),
+            ("margin", 0.0, None, "both"),
+            ("drift_step_boost", 1.0, None, "both"),
+            ("head0_init_scale", 0.0, None, "neither"),
+        ):
+            check_number(getattr(self, field), field, low, high, closed)
+        for field, choices in (
+            ("drift_detector", ("none", *DETECTORS)),
+            ("loss", ("margin", "abtl")),
+            ("hedge_signal", ("mistakes", "loss")),
+            ("depth_weighting", ("uniform", "alpha")),
+            ("init", ("kaiming", "orthogonal")),
+            ("head0_init", ("identity", "random", "pca")),
+        ):
+            check_choice(getattr(self, field), field, choices)
+        for field in ("residual_heads", "self_paced"):
+            check_bool(getattr(self, field), field)
         adaptation_steps(self.drift_adaptation)
-        _check_choice(self, "loss", ("margin", "abtl"))
-        _check_choice(self, "hedge_signal", ("mistakes", "loss"))
-        _check_choice(self, "depth_weighting", ("uniform", "alpha"))
-        for flag in ("residual_heads", "self_paced"):
-            if not isinstance(getattr(self, flag), bool):
-                raise ValueError(f"{flag}: must be true or false, got {getattr(self, flag)!r}")
-        if self.init not in ("kaiming", "orthogonal"):
-            raise ValueError(f"init: must be 'kaiming' or 'orthogonal', got {self.init!r}")
         parse_preprocess(self.preprocess)
-        _check_choice(self, "head0_init", ("identity", "random", "pca"))
-        _check_int(self, "head0_components", 0)
         if self.embedding_dim and self.head0_components > self.embedding_dim:
             raise ValueError(
                 f"head0_components: must be <= embedding_dim ({self.embedding_dim}), "
                 f"got {self.head0_components}"
             )
-        if not self.head0_init_scale > 0.0:
-            raise ValueError(f"head0_init_scale: must be > 0, got {self.head0_init_scale}")
         if not isinstance(self.device, str) or not (
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")
         ):
@@ -231,18 +231,6 @@ def adaptation_steps(spec: str) -> tuple[str, ...]:
                 f"drift_adaptation: {step!r} is not {', '.join(ADAPTATIONS)} (joined by +) or none"
             )
     return tuple(a for a in ADAPTATIONS if a in steps)
-
-
-def _check_choice(cfg: OAHUConfig, field: str, choices: tuple[str, ...]) -> None:
-    value = getattr(cfg, field)
-    if value not in choices:
-        raise ValueError(f"{field}: must be one of {', '.join(map(repr, choices))}, got {value!r}")
-
-
-def _check_int(cfg: OAHUConfig, field: str, minimum: int) -> None:
-    value = getattr(cfg, field)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{field}: must be an integer >= {minimum}, got {value!r}")
 
 
 PRESETS: dict[str, OAHUConfig] = {

@@ -34,7 +34,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from oahu.baselines._linalg import (
+from oahu.checks import check_number
+from oahu.learners.baselines._linalg import (
     as_fortran64,
     fortran_identity,
     sym_matvec,
@@ -42,8 +43,7 @@ from oahu.baselines._linalg import (
     symmetrized,
     to_tensor,
 )
-from oahu.baselines._params import open_unit_float, positive_float
-from oahu.baselines.mahalanobis import PairwiseMahalanobis
+from oahu.learners.baselines.mahalanobis import PairwiseMahalanobis
 
 _NEGLIGIBLE_STEP = 1e-6  # relative to λ
 
@@ -80,8 +80,10 @@ class RDML(PairwiseMahalanobis):
         preprocess: str = "unit",
     ) -> None:
         super().__init__(n_features, preprocess=preprocess)
-        self.learning_rate = positive_float("learning_rate", learning_rate)
-        self.psd_margin = open_unit_float("psd_margin", psd_margin)
+        self.learning_rate = check_number(learning_rate, "learning_rate", low=0.0, closed="neither")
+        self.psd_margin = check_number(
+            psd_margin, "psd_margin", low=0.0, high=1.0, closed="neither"
+        )
         self._a_inv = fortran_identity(self.n_features)
 
     @property

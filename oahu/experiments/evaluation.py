@@ -243,7 +243,7 @@ def evaluate(
     ``X`` (e.g. :func:`oahu.streams.groupings.coarse_labels` of ``y``), adds the graded nDCG@10
     of the Recall@K retrieval (:func:`graded_ndcg`) as ``ndcg_at_10``.
 
-    >>> from oahu.baselines.euclidean import Euclidean
+    >>> from oahu.learners.baselines.euclidean import Euclidean
     >>> from oahu.streams.datasets import load_digits
     >>> from oahu.streams.groupings import coarse_labels
     >>> from oahu.streams.protocol import split_dev_test

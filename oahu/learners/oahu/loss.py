@@ -2,7 +2,7 @@
 
 Every function works elementwise on arrays of any shape, so one call covers all depths and a
 whole micro-batch: pass distances of shape (n_depths, batch). They accept torch tensors or numpy
-arrays (see :func:`oahu.arrays.namespace`).
+arrays (see :func:`oahu.learners.oahu.arrays.namespace`).
 
 The thresholds c1 = d_sim(D+) and c2 = d_dis(D-) are computed from the distances measured before
 the update and are *targets*: they are held constant in the gradient step (docs/algorithms.md).
@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from oahu.arrays import namespace
+from oahu.learners.oahu.arrays import namespace
 
 _E2M1 = math.exp(2.0) - 1.0  # e^2 - 1
 _1ME2 = 1.0 - math.exp(-2.0)  # 1 - e^-2
