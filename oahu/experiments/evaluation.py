@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.metrics import f1_score, roc_auc_score
 
 from oahu.checks import check_int
-from oahu.inference import Classification, classify, make_index, recall_at, retrieve, verify
+from oahu.inference import classify, make_index, recall_at, retrieve, verify
 from oahu.learner import Learner
 
 RECALL_KS: tuple[int, ...] = (1, 2, 4, 8)
@@ -86,23 +86,6 @@ def verification_pairs(
     i = np.concatenate([first, u])
     j = np.concatenate([second, v])
     return i, j, labels[i] == labels[j]
-
-
-def knn_classify(
-    learner: Learner,
-    gallery_x: np.ndarray,
-    gallery_y: np.ndarray,
-    queries: np.ndarray,
-    k: int = 5,
-    index_kind: str = "exact",
-    per_depth: bool = False,
-) -> Classification:
-    """Eq. 23-25 kNN classification of embedded ``queries`` (n_depths, n, dim) against the
-    gallery items ``gallery_x`` with labels ``gallery_y``: what :func:`evaluate` measures, and
-    what ``/v1/classify`` answers from a snapshot of the same learner and gallery."""
-    gallery = learner.embed(gallery_x, role="gallery")
-    index = make_index(index_kind, gallery, np.asarray(gallery_y), learner.metric)
-    return classify(index, queries, learner.alpha, k=k, per_depth=per_depth)
 
 
 def classification_quality(
