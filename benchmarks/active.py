@@ -13,9 +13,9 @@ and then ask ``--batch`` questions per round of a simulated annotator that answe
 development labels ("neither" when both or neither option shares the anchor's class: the label
 is spent, nothing is learned).
 
-The issue's targets, checked in the table: on Fashion-MNIST, joint entropy with 5,000 labels
-reaches an error no worse than random with 10,000 (mean over seeds), and beats uncertainty at
-equal budget.
+What active learning must show, checked in the table: on Fashion-MNIST, joint entropy with
+5,000 labels reaches an error no worse than random with 10,000 (mean over seeds), and beats
+uncertainty at equal budget.
 
     python -m benchmarks.active                                   # Fashion-MNIST, seeds 0-2
     python -m benchmarks.active --datasets digits --budgets 1000 2000 5000
@@ -133,7 +133,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def targets(table: dict[str, Any]) -> dict[str, Any]:
-    """The issue's two targets, where the runs hold what they compare."""
+    """The two claims of active learning (module doc), where the runs hold what they compare."""
 
     def error(oracle: str, budget: int) -> float | None:
         cell = table.get(oracle, {}).get("budgets", {}).get(str(budget))

@@ -12,7 +12,7 @@ same evaluation:
   same-class neighbours in and pushes other classes out by a margin, k = 5 as in the evaluation;
 - a network of oahu's kind (one hidden layer of 256, unit embeddings of 64), trained offline on
   every label with the batch-all triplet hinge loss, margin 0.2, Adam at 1e-3, 10 epochs: the
-  recipe of the Fashion-MNIST ceiling the issue measured (0.107 there), see :func:`mlp_embedding`.
+  recipe of oahu's offline Fashion-MNIST ceiling (0.107 there), see :func:`mlp_embedding`.
 
 NCA and LMNN learn a linear map L fitted on the development split with all its labels, offline,
 to convergence; each is scored as the Euclidean metric of the mapped items (:func:`error_count`),

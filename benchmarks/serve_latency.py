@@ -28,7 +28,7 @@ stalls of 100 ms or more per thread (the service logs each stall with the stack 
 a phase that ends with the stream exhausted is flagged. Client, server and learner share the
 machine's cores.
 
-    python benchmarks/serve_latency.py                                # the issue's setting
+    python benchmarks/serve_latency.py                                # the default setting
     python benchmarks/serve_latency.py --rates 100 200 300 --seconds 20 --repeats 3
     python benchmarks/serve_latency.py --cpu-burners 3    # under contention
 """

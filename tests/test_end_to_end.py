@@ -44,7 +44,7 @@ def test_euclidean_floor(capsys) -> None:
     assert report["alpha"] == [1.0]
 
 
-REPORT_KEYS = {  # what scripts outside the project read (issue 8, "Contract")
+REPORT_KEYS = {  # what scripts outside the project read: a documented contract
     "error",
     "macro_f1",
     "utilization",
@@ -74,7 +74,7 @@ def test_oahu_default_learns_on_digits(capsys) -> None:
     # Measured on seed 0 (defaults of this writing): 12 of 898 (0.0134) after 3,000
     # constraints; 10-12 of 898 with the learner's own seed set to 1-4 on the same split;
     # Euclidean: 13 of 898; the learner's start: 11 of 898. Below Euclidean by one item is
-    # no margin, so what is asserted is what the issue asks of every point of the curve: never
+    # no margin, so what is asserted of every point of the curve is that learning never hurts: never
     # worse than its own start by more than 0.002, and so never worse than not learning.
     assert report["error"] <= start_error_seed0() + 0.002
     assert report["error"] <= EUCLIDEAN_ERROR_SEED0

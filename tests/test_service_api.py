@@ -130,7 +130,7 @@ def test_the_served_model_is_the_model_trained_on_the_stream(running, stream_fil
     assert model["snapshot"]["updates"] == N
     assert model["diagnostics"] == reference.diagnostics()
     assert len(model["depth_loss"]) == reference.n_depths == OAHUConfig().n_depths
-    # What an operator watches to see the model improve (issue 8): a float in [0, 1].
+    # What an operator watches to see the model improve : a float in [0, 1].
     assert model["prequential_accuracy"] == reference.diagnostics()["prequential_accuracy"]
     assert isinstance(model["prequential_accuracy"], float)
     assert 0.0 <= model["prequential_accuracy"] <= 1.0

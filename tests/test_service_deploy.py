@@ -52,15 +52,15 @@ def test_every_dashboard_query_uses_a_metric_the_service_exposes():
     }
     exposed = exposed_metric_names()
     assert used and used <= exposed, used - exposed
-    required = {  # what the issue asks to chart
+    required = {  # what an operator charts to run the service
         "oahu_constraints_consumed_total", "oahu_constraints_learned_total",
         "oahu_dead_letters_total", "oahu_constraint_utilization", "oahu_hedge_weight",
         "oahu_depth_loss", "oahu_update_duration_seconds_bucket", "oahu_consumer_lag",
         "oahu_checkpoint_age_seconds", "oahu_checkpoint_duration_seconds_bucket",
         "oahu_gallery_items", "oahu_gallery_reindex_timestamp_seconds",
         "oahu_http_request_duration_seconds_bucket", "oahu_constraints_skipped_total",
-        "oahu_prequential_accuracy",  # what shows the model getting better (issue 8)
-        "oahu_drift_detected_total",  # concept drift (issue 10)
+        "oahu_prequential_accuracy",  # what shows the model getting better
+        "oahu_drift_detected_total",  # concept drift
     }  # fmt: skip
     assert required <= used, required - used
 

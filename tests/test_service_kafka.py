@@ -190,7 +190,7 @@ def test_poison_messages_go_to_the_dead_letter_topic(kafka_bootstrap, tmp_path):
     binary_v9 = bytearray(good[0])
     binary_v9[2] = 9
     poison["unknown_version: binary"] = bytes(binary_v9)
-    # Each of these once crashed the learner process and blocked the partition (issue 12).
+    # Each of these once crashed the learner process and blocked the partition.
     poison["undecodable: tombstone"] = None
     poison["undecodable: label beyond int64"] = (
         b'{"v":1,"kind":"triplet","anchor":{"id":"1","label":9223372036854775808},'

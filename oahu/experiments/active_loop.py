@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from oahu.active import suggest
+from oahu.checks import check_choice, check_int, check_number
 from oahu.experiments.stream_replay import ReplayStats, replay
 from oahu.learner import Learner
 from oahu.streams.stream_file import ConstraintStream, build_stream
@@ -32,7 +33,8 @@ ORACLES: dict[str, str | None] = {
     "uncertainty": "uncertainty",
     "random": None,
 }
-# Constraints of the paper's protocol the active oracles start from (the issue's warm start).
+# Constraints of the paper's protocol the active oracles start from: with none, the first
+# questions would be chosen by an untrained metric.
 INITIAL = 500
 NEITHER = -1  # the annotator's answer when neither option (or both) shares the anchor's class
 
@@ -86,8 +88,7 @@ def annotate(
     answer = np.where(same_first & ~same_second, q[:, 1], NEITHER)
     answer = np.where(same_second & ~same_first, q[:, 2], answer)
     if noise:
-        if not 0.0 <= noise <= 1.0:
-            raise ValueError(f"noise: must be in [0, 1], got {noise}")
+        check_number(noise, "noise", low=0.0, high=1.0)
         if rng is None:
             raise ValueError("rng: a noisy annotator needs a seeded generator")
         flip = (rng.random(len(q)) < noise) & (answer != NEITHER)
@@ -142,15 +143,11 @@ def active_learning(
     >>> stats.labels_used, stats.rounds, 100 <= stats.answered <= 140
     (140, 2, True)
     """
-    if oracle not in ORACLES:
-        raise ValueError(f"oracle: expected one of {tuple(ORACLES)}, got {oracle!r}")
-    for name, value in (("budget", budget), ("batch", batch)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-    if isinstance(initial, bool) or not isinstance(initial, int | np.integer) or initial < 0:
-        raise ValueError(f"initial: must be a non-negative integer, got {initial!r}")
-    if not 0.0 <= noise <= 1.0:
-        raise ValueError(f"noise: must be in [0, 1], got {noise}")
+    check_choice(oracle, "oracle", ORACLES)
+    check_int(budget, "budget")
+    check_int(batch, "batch")
+    check_int(initial, "initial", minimum=0)
+    check_number(noise, "noise", low=0.0, high=1.0)
     strategy = ORACLES[oracle]
     if noise and strategy is None:
         raise ValueError(
