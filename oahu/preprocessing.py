@@ -49,7 +49,7 @@ def parse_preprocess(spec: str) -> tuple[str, ...]:
         if step not in STEPS and pca_components(step) is None:
             raise ValueError(
                 f"preprocess: unknown step {step!r} in {spec!r}; use 'none' or '+'-joined "
-                f"steps of {', '.join(STEPS)}"
+                f"steps of {', '.join(STEPS)}, pca:K"
             )
     names = [step.partition(":")[0] for step in steps]
     if len(set(names)) != len(names):

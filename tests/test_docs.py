@@ -36,3 +36,36 @@ def test_no_reference_to_documents_users_do_not_have():
     offenders = [str(p.relative_to(REPO)) for p in SOURCES if cited.search(p.read_text())]
     offenders += [str(p.name) for p in MARKDOWN if cited.search(p.read_text())]
     assert offenders == []
+
+
+def _where_things_live() -> dict[str, str]:
+    """docs/architecture.md's "Where things live" table: folder → the text of its row."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    section = text.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        folder = re.match(r"`([\w/]+/)`", cells[0]) if len(cells) == 2 else None
+        if folder:
+            rows[folder.group(1)] = cells[1]
+    return rows
+
+
+def test_the_architecture_table_names_every_module_of_the_package():
+    rows = _where_things_live()
+    package = REPO / "oahu"
+    missing = []
+    for module in sorted(package.rglob("*.py")):
+        if module.name == "__init__.py":
+            continue
+        folder = module.parent.relative_to(REPO).as_posix() + "/"
+        if f"`{module.name}`" not in rows.get(folder, ""):
+            missing.append(module.relative_to(REPO).as_posix())
+    assert missing == [], "docs/architecture.md, Where things live, does not name these"
+    # And names nothing that is not there: a row for a folder or module that moved away.
+    for folder, row in rows.items():
+        if folder.startswith("oahu/"):
+            assert (REPO / folder).is_dir(), folder
+            for name in re.findall(r"`(\w+\.py)`", row):
+                assert (REPO / folder / name).exists(), folder + name
+    assert {"streams/", "connectors/"} <= set(rows)
