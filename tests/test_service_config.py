@@ -7,8 +7,12 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from oahu.service.config import ServiceConfig, add_arguments, read_env, resolve_config
+from oahu.service.config import ServiceConfig
+from oahu.service.config_flags import add_arguments, flag_of
+from oahu.service.config_sources import read_env, resolve_config
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -66,12 +70,19 @@ def test_file_then_env_then_flags(tmp_path: Path, suffix: str):
         ({"source": "http://x/y"}, "source: expected file:///abs/path"),
         ({"source": "file://relative/stream.npz"}, "source: file URIs need an absolute path"),
         ({"source": "kafka://broker:9092/"}, "source: expected kafka://HOST:PORT/TOPIC"),
-        ({"learner": "nope"}, "learner: unknown name 'nope'"),
+        ({"learner": "nope"}, "learner: must be one of 'oahu', 'euclidean', .*, got 'nope'"),
         ({"http": "8000"}, "http: expected HOST:PORT"),
-        ({"reindex_interval": 0.0}, "reindex_interval: must be > 0"),
-        ({"max_batch_items": 0}, "max_batch_items: must be >= 1"),
-        ({"index": "hnsw"}, "index: one of exact, flat, ivf, got 'hnsw'"),
-        ({"preset": "tuned"}, "preset: unknown 'tuned'; choose one of paper"),
+        ({"reindex_interval": 0.0}, "reindex_interval: must be a number > 0, got 0.0"),
+        ({"poll_timeout": float("inf")}, "poll_timeout: must be finite, got inf"),
+        ({"max_batch_items": 0}, "max_batch_items: must be an integer >= 1, got 0"),
+        ({"n_features": 0}, "n_features: must be an integer >= 1, got 0"),
+        ({"learner_nice": 20}, "learner_nice: must be an integer in \\[0, 19\\], got 20"),
+        ({"seed": -1}, "seed: must be an integer >= 0, got -1"),
+        ({"threads": 2.5}, "threads: must be an integer >= 1, got 2.5"),
+        ({"exit_at_end": "yes"}, "exit_at_end: must be true or false, got 'yes'"),
+        ({"log_level": "verbose"}, "log_level: must be one of 'debug', 'info', .*, got 'verbose'"),
+        ({"index": "hnsw"}, "index: must be one of 'exact', 'flat', 'ivf', got 'hnsw'"),
+        ({"preset": "tuned"}, "preset: must be one of 'paper', got 'tuned'"),
         ({"learner": "lego", "preset": "paper"}, "preset: only OAHU has presets, not 'lego'"),
         (
             {"learner": "lego", "learner_params": {"learnin_rate": 0.1}},
@@ -119,8 +130,47 @@ def test_help_documents_every_option():
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     text = parser.format_help()
-    flags = {"kafka": "--kafka-option", "learner_params": "--learner-param"}
     for field in dataclasses.fields(ServiceConfig):
-        flag = flags.get(field.name, "--" + field.name.replace("_", "-"))
-        assert flag in text, flag
+        assert flag_of(field) in text, field.name
         assert field.metadata["help"].split()[0] in text
+    assert [flag_of(f) for f in dataclasses.fields(ServiceConfig) if f.name in ("kafka", "k")] == [
+        "--kafka-option",
+        "--k",
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-(2**40), max_value=2**40))
+def test_a_count_from_the_environment_is_taken_or_refused_by_name_and_value(n: int):
+    """An integer from OAHU_* text becomes the setting when it is >= 1 and is otherwise refused
+    with the setting and the value named, whichever layer it came from."""
+    env = {"OAHU_CHECKPOINT_EVERY": str(n)}
+    if n >= 1:
+        assert resolve_config(parse([]), environ=env).checkpoint_every == n
+    else:
+        with pytest.raises(ValueError) as refused:
+            resolve_config(parse([]), environ=env)
+        assert str(refused.value) == f"checkpoint_every: must be an integer >= 1, got {n}"
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=20))
+def test_any_text_for_a_setting_is_read_or_refused_by_name(text: str):
+    """Whatever an environment variable holds, reading it is the setting's value or a
+    ValueError naming the setting: never another exception."""
+    for name, var in (("learner_nice", "OAHU_LEARNER_NICE"), ("poll_timeout", "OAHU_POLL_TIMEOUT"),
+                      ("self_paced", "OAHU_SELF_PACED"), ("index", "OAHU_INDEX")):  # fmt: skip
+        try:
+            cfg = resolve_config(parse([]), environ={var: text})
+        except ValueError as exc:
+            assert str(exc).startswith(f"{name}: "), exc
+        else:
+            value = getattr(cfg, name)
+            if name == "learner_nice":
+                assert value == int(text) and 0 <= value <= 19
+            elif name == "poll_timeout":
+                assert value == float(text) and 0 < value < float("inf")
+            elif name == "self_paced":
+                assert value is (text.strip().lower() in ("1", "true", "yes", "on"))
+            else:
+                assert value == text and value in ("exact", "flat", "ivf")

@@ -11,7 +11,8 @@ import numpy as np
 import yaml
 
 from oahu.learners.oahu.learner import OAHU
-from oahu.service.config import ServiceConfig, read_env
+from oahu.service.config import ServiceConfig
+from oahu.service.config_sources import read_env
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
 
 REPO = Path(__file__).resolve().parents[1]

@@ -21,7 +21,9 @@ from service_support import ServiceProcess, free_port, make_stream, wait_until
 from service_support import start_service as start_file_service
 
 from oahu.cli.main import main as oahu_main
-from oahu.service.config import ServiceConfig, add_arguments, resolve_config
+from oahu.service.config import ServiceConfig
+from oahu.service.config_flags import add_arguments
+from oahu.service.config_sources import resolve_config
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving.app import Service
 from oahu.service.serving.inputs import MAX_POOL, MAX_SUGGEST_BATCH, SUGGEST_STRATEGIES

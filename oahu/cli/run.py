@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from oahu.service.config import add_arguments, configure_logging, resolve_config
+from oahu.service.config import configure_logging
+from oahu.service.config_flags import add_arguments
+from oahu.service.config_sources import resolve_config
 
 EPILOG = """\
 examples:

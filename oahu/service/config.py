@@ -1,41 +1,50 @@
-"""The service's configuration: one typed place, filled from defaults, a file, env vars and flags.
+"""The service's configuration: one typed, validated place for everything ``oahu run`` can be told.
 
-Precedence, lowest first: the defaults below, one config file (TOML or YAML, keys are the field
-names), environment variables ``OAHU_<FIELD>`` (``OAHU_KAFKA__<KEY>`` and
-``OAHU_LEARNER_PARAMS__<KEY>`` for single entries of the two tables), then command-line flags.
-Every field carries its ``--help`` text, so the flags and their documentation cannot drift apart.
+Each field carries its ``--help`` text, so the flags (:mod:`oahu.service.config_flags`) and their
+documentation cannot drift apart; :mod:`oahu.service.config_sources` fills the fields from a
+file, the environment and the flags.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import logging
-import os
 import re
-import tomllib
 import types
 import typing
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from oahu.checks import check_bool, check_choice, check_int, check_number
 from oahu.connectors.kafka_uri import parse_kafka_uri
 from oahu.registry import LEARNER_NAMES, check_params
-from oahu.settings import parse_value, split_setting
 
-ENV_PREFIX = "OAHU_"
-_TABLES = ("kafka", "learner_params")  # dict-valued fields, filled KEY=VALUE
+__all__ = ["LOG_LEVELS", "TABLES", "ServiceConfig", "configure_logging", "setting_type"]
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_COUNTS = (
+    "checkpoint_every",
+    "poll_records",
+    "max_request_bytes",
+    "max_batch_items",
+    "k",
+    "threads",
+    "reindex_every",
+    "default_constraints",
+    "ivf_nprobe",
+)
+_SECONDS = ("checkpoint_interval", "reindex_interval", "poll_timeout")
 
 
 def _opt(default: Any, help: str, metavar: str | None = None) -> Any:
     return field(default=default, metadata={"help": help, "metavar": metavar})
 
 
-def _meta(help: str) -> dict[str, Any]:
-    return {"help": help, "metavar": "KEY=VALUE"}
+def _table(help: str, flag: str) -> dict[str, Any]:
+    # A table's flag is given once per entry, so it is named for one entry, not the table.
+    return {"help": help, "metavar": "KEY=VALUE", "flag": flag}
 
 
 @dataclass(frozen=True)
@@ -48,7 +57,7 @@ class ServiceConfig:
     >>> ServiceConfig(checkpoint_every=0)
     Traceback (most recent call last):
     ...
-    ValueError: checkpoint_every: must be >= 1, got 0
+    ValueError: checkpoint_every: must be an integer >= 1, got 0
     """
 
     source: str | None = _opt(
@@ -75,7 +84,9 @@ class ServiceConfig:
     )
     learner_params: dict[str, Any] = field(
         default_factory=dict,
-        metadata=_meta("learner constructor parameter (repeatable), e.g. batch_size=1"),
+        metadata=_table(
+            "learner constructor parameter (repeatable), e.g. batch_size=1", "--learner-param"
+        ),
     )
     n_features: int | None = _opt(
         None, "input dimension; default: that of the checkpoint, item store or gallery", "D"
@@ -113,10 +124,11 @@ class ServiceConfig:
     )
     kafka: dict[str, Any] = field(
         default_factory=dict,
-        metadata=_meta(
+        metadata=_table(
             "kafka-python consumer/producer setting (repeatable), e.g. "
             "security_protocol=SASL_SSL, sasl_mechanism=PLAIN, sasl_plain_username=..., "
-            "ssl_cafile=..."
+            "ssl_cafile=...",
+            "--kafka-option",
         ),
     )
     auth_token: str | None = _opt(
@@ -143,33 +155,21 @@ class ServiceConfig:
         10000, "length of the default digits stream (when no --source is given)", "N"
     )
     seed: int = _opt(0, "seed of the default digits stream", "SEED")
-    log_level: str = _opt("info", "debug, info, warning or error", "LEVEL")
+    log_level: str = _opt("info", ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]}", "LEVEL")
 
     def __post_init__(self) -> None:
-        for name in (
-            "checkpoint_every",
-            "poll_records",
-            "max_request_bytes",
-            "max_batch_items",
-            "k",
-            "threads",
-            "reindex_every",
-            "default_constraints",
-            "ivf_nprobe",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.learner_nice <= 19:
-            raise ValueError(f"learner_nice: must be in 0..19, got {self.learner_nice}")
-        if self.n_features is not None and self.n_features < 1:
-            raise ValueError(f"n_features: must be >= 1, got {self.n_features}")
-        for name in ("checkpoint_interval", "reindex_interval", "poll_timeout"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name}: must be > 0, got {getattr(self, name)}")
-        if self.learner not in LEARNER_NAMES:
-            raise ValueError(
-                f"learner: unknown name {self.learner!r}; choose one of {', '.join(LEARNER_NAMES)}"
-            )
+        for name in _COUNTS:
+            check_int(getattr(self, name), name)
+        if self.n_features is not None:
+            check_int(self.n_features, "n_features")
+        check_int(self.learner_nice, "learner_nice", minimum=0, maximum=19)
+        check_int(self.seed, "seed", minimum=0)
+        for name in _SECONDS:
+            check_number(getattr(self, name), name, low=0.0, closed="neither")
+        check_bool(self.self_paced, "self_paced")
+        check_bool(self.exit_at_end, "exit_at_end")
+        check_choice(self.learner, "learner", LEARNER_NAMES)
+        check_choice(self.log_level, "log_level", LOG_LEVELS)
         check_params(self.learner, self.learner_params, "learner_params")
         if self.self_paced and self.learner != "oahu":
             raise ValueError(f"self_paced: only OAHU learns self-paced, not {self.learner!r}")
@@ -178,16 +178,10 @@ class ServiceConfig:
 
             if self.learner != "oahu":
                 raise ValueError(f"preset: only OAHU has presets, not {self.learner!r}")
-            if self.preset not in PRESETS:
-                raise ValueError(
-                    f"preset: unknown {self.preset!r}; choose one of {', '.join(PRESETS)}"
-                )
+            check_choice(self.preset, "preset", tuple(PRESETS))
         from oahu.inference.index import INDEX_KINDS  # here: the learner process never needs it
 
-        if self.index not in INDEX_KINDS:
-            raise ValueError(f"index: one of {', '.join(INDEX_KINDS)}, got {self.index!r}")
-        if self.log_level not in ("debug", "info", "warning", "error"):
-            raise ValueError(f"log_level: debug, info, warning or error, got {self.log_level!r}")
+        check_choice(self.index, "index", INDEX_KINDS)
         self.http_host_port()
         if self.suggest_topic is not None:
             # A bare topic lives on the source's brokers; any other broker needs a URI.
@@ -263,123 +257,26 @@ class ServiceConfig:
         return dataclasses.replace(self, **changes)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(ServiceConfig)}
-_TYPES = typing.get_type_hints(ServiceConfig)
+_HINTS = typing.get_type_hints(ServiceConfig)
 
 
-def _base_type(name: str) -> type:
-    hint = _TYPES[name]
+def setting_type(name: str) -> type:
+    """The plain type of the field ``name`` (``int`` for ``int | None``, ``dict`` for a table):
+    what a value read as text becomes.
+
+    >>> setting_type("n_features"), setting_type("kafka"), setting_type("self_paced")
+    (<class 'int'>, <class 'dict'>, <class 'bool'>)
+    """
+    hint = _HINTS[name]
     if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
         hint = next(a for a in typing.get_args(hint) if a is not type(None))
     return typing.get_origin(hint) or hint
 
 
-def _coerce(name: str, value: Any) -> Any:
-    """``value`` (from a file, env var or flag) as the field's type; ValueError naming it."""
-    kind = _base_type(name)
-    if kind is dict:
-        if not isinstance(value, Mapping):
-            raise ValueError(f"{name}: expected a table of KEY = VALUE, got {value!r}")
-        return {str(k).replace("-", "_"): parse_value(v) for k, v in value.items()}
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        text = str(value).strip().lower()
-        if text in ("1", "true", "yes", "on"):
-            return True
-        if text in ("0", "false", "no", "off"):
-            return False
-        raise ValueError(f"{name}: expected true or false, got {value!r}")
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected {kind.__name__}, got {value!r}") from None
-
-
-def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Fields from a TOML (.toml) or YAML (.yaml/.yml) file; unknown keys raise ValueError."""
-    path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".toml":
-        raw = tomllib.loads(text)
-    elif path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        raw = yaml.safe_load(text) or {}
-    else:
-        raise ValueError(f"config: expected a .toml, .yaml or .yml file, got {path}")
-    if not isinstance(raw, dict):
-        raise ValueError(f"config: {path} must hold a table of settings")
-    out = {}
-    for key, value in raw.items():
-        name = str(key).replace("-", "_")
-        if name not in _FIELDS:
-            raise ValueError(f"config: unknown setting {key!r} in {path}")
-        out[name] = _coerce(name, value)
-    return out
-
-
-def read_env(environ: Mapping[str, str]) -> dict[str, Any]:
-    """Fields from ``OAHU_<FIELD>`` and ``OAHU_<TABLE>__<KEY>`` variables.
-
-    >>> read_env({"OAHU_HTTP": "0.0.0.0:9000", "OAHU_KAFKA__SECURITY_PROTOCOL": "SSL"})
-    {'http': '0.0.0.0:9000', 'kafka': {'security_protocol': 'SSL'}}
-    """
-    out: dict[str, Any] = {}
-    for var, value in sorted(environ.items()):
-        if not var.startswith(ENV_PREFIX):
-            continue
-        name, _, key = var[len(ENV_PREFIX) :].lower().partition("__")
-        if key and name in _TABLES:
-            out.setdefault(name, {})[key] = parse_value(value)
-        elif not key and name in _FIELDS and name not in _TABLES:
-            out[name] = _coerce(name, value)
-    return out
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per field (defaults left to :func:`resolve_config`), plus ``--config``."""
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="TOML or YAML file of settings (keys are the option names below, with _ for -); "
-        f"environment variables {ENV_PREFIX}<OPTION> override it, flags override both",
-    )
-    for name, f in _FIELDS.items():
-        flag = "--" + name.replace("_", "-")
-        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        text = f"{f.metadata['help']} (default: {default!r})"
-        if name in _TABLES:
-            flag = {"kafka": "--kafka-option", "learner_params": "--learner-param"}[name]
-            parser.add_argument(flag, dest=name, action="append", metavar="KEY=VALUE", help=text)
-        elif _base_type(name) is bool:
-            parser.add_argument(flag, dest=name, action="store_true", default=None, help=text)
-        else:
-            parser.add_argument(flag, dest=name, metavar=f.metadata["metavar"], help=text)
-
-
-def resolve_config(
-    args: argparse.Namespace, environ: Mapping[str, str] | None = None
-) -> ServiceConfig:
-    """Merge defaults < config file < environment < flags into a validated ``ServiceConfig``."""
-    values: dict[str, Any] = {}
-    if getattr(args, "config", None):
-        values.update(read_config_file(args.config))
-    for name, value in read_env(os.environ if environ is None else environ).items():
-        if name in _TABLES:
-            values[name] = {**values.get(name, {}), **value}
-        else:
-            values[name] = value
-    for name in _FIELDS:
-        value = getattr(args, name, None)
-        if value is None:
-            continue
-        if name in _TABLES:
-            pairs = dict(split_setting(entry, name) for entry in value)
-            values[name] = {**values.get(name, {}), **_coerce(name, pairs)}
-        else:
-            values[name] = _coerce(name, value)
-    return ServiceConfig(**values)
+#: The dict-valued fields, filled KEY=VALUE one entry at a time.
+TABLES: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(ServiceConfig) if setting_type(f.name) is dict
+)
 
 
 def configure_logging(level: str) -> None:
