@@ -46,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from oahu.checks import check_choice, check_int
 from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES
 from oahu.streams.atomic import atomic_open
 from oahu.streams.closure import PROTOCOL_KINDS
@@ -75,6 +76,7 @@ FORMAT_VERSION = 1
 KINDS: tuple[str, ...] = CONSTRAINT_KINDS
 PROTOCOLS: tuple[str, ...] = ("closure", "random")
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz file starts
+_SHOWN_BYTES = 16  # of a file that is not a stream, enough of its start to tell what it is
 _MAX_CONCEPTS = int(np.iinfo(np.int8).max)  # concepts are stored as int8
 _NPZ_KEYS = ("X", "y", "dev_idx", "test_idx", "kind", "constraints", "meta")
 # OPTIONAL_FIELDS (defined in streams.jsonl, which cannot import this module): the optional
@@ -174,8 +176,7 @@ class ConstraintStream:
                 f"{int(np.flatnonzero(times_listed != 1)[0])} is listed "
                 f"{int(times_listed[times_listed != 1][0])} times"
             )
-        if self.kind not in KINDS:
-            raise ValueError(f"kind: expected one of {KINDS}, got {self.kind!r}")
+        check_choice(self.kind, "kind", KINDS)
         self._check_constraints(n)
         self._check_concepts(n)
         self._check_item_sets(n)
@@ -332,10 +333,9 @@ class ConstraintStream:
 
     def iter_batches(self, batch_size: int = 1) -> Iterator[tuple[np.ndarray, ...]]:
         """:meth:`batch` over the whole stream in order, ``batch_size`` constraints at a time."""
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size: must be a positive integer, got {batch_size!r}")
-        for start in range(0, len(self), int(batch_size)):
-            yield self.batch(start, start + int(batch_size))
+        batch_size = check_int(batch_size, "batch_size")
+        for start in range(0, len(self), batch_size):
+            yield self.batch(start, start + batch_size)
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -396,6 +396,8 @@ class ConstraintStream:
 def load_stream(path: str | os.PathLike[str]) -> ConstraintStream:
     """A stream file of either format: .npz (a zip archive) or JSON Lines, told by its first bytes.
 
+    A file that is neither is a ``ValueError`` naming it, what was expected and how it starts.
+
     >>> import tempfile, pathlib
     >>> X = np.eye(3, dtype=np.float32)
     >>> s = ConstraintStream(X, [0, 0, 1], [0, 1, 2], [], "triplet", [[0, 1, 2]])
@@ -403,10 +405,35 @@ def load_stream(path: str | os.PathLike[str]) -> ConstraintStream:
     >>> s.save(folder / "s.npz"); write_jsonl(s, folder / "s.jsonl")
     >>> [len(load_stream(folder / name)) for name in ("s.npz", "s.jsonl")]
     [1, 1]
+    >>> _ = (folder / "x.npz").write_bytes(bytes([0x78, 0x8C, 0x01, 0x02]))
+    >>> try:
+    ...     load_stream(folder / "x.npz")
+    ... except ValueError as e:
+    ...     print(str(e).replace(str(folder), "DIR"))  # doctest: +ELLIPSIS
+    DIR/x.npz: not an oahu stream file (expected ...); it starts with b'x\\x8c\\x01\\x02'
     """
     with open(path, "rb") as fh:
-        is_zip = fh.read(4) == _ZIP_MAGIC
-    return ConstraintStream.load(path) if is_zip else read_jsonl(path)
+        start = fh.read(_SHOWN_BYTES + 1)
+    if start.startswith(_ZIP_MAGIC):
+        return ConstraintStream.load(path)
+    # JSON Lines opens with a JSON object, after blank lines at most; a file of nothing but
+    # blanks is left to the reader, which says that it is empty.
+    text = start.lstrip(b" \t\r\n")
+    if text and not text.startswith(b"{"):
+        raise ValueError(_not_a_stream(path, start))
+    try:
+        return read_jsonl(path)
+    except UnicodeDecodeError as e:  # a ValueError too, but one that names neither file nor cause
+        why = f"JSON Lines is UTF-8 text, which this is not: {e.reason}"
+        raise ValueError(_not_a_stream(path, start, why)) from None
+
+
+def _not_a_stream(path: str | os.PathLike[str], start: bytes, why: str = "") -> str:
+    shown = repr(start[:_SHOWN_BYTES]) + ("…" if len(start) > _SHOWN_BYTES else "")
+    return (
+        f"{path}: not an oahu stream file (expected a .npz stream written by `oahu make-stream`, "
+        f"or JSON Lines{'; ' + why if why else ''}); it starts with {shown}"
+    )
 
 
 def build_stream(
@@ -423,8 +450,7 @@ def build_stream(
     >>> len(s), s.kind, len(s.dev_idx), s.meta["n_seeds"]
     (100, 'triplet', 899, 50)
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    check_choice(kind, "kind", KINDS)
     if kind not in PROTOCOL_KINDS:
         # What a quadruplet says (a pair closer than another pair) needs more than class labels.
         raise ValueError(
@@ -432,8 +458,7 @@ def build_stream(
             f"{kind!r}; a quadruplet stream comes from a label hierarchy "
             "(oahu.streams.build_hierarchy_stream)"
         )
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
+    check_choice(protocol, "protocol", PROTOCOLS)
     ds = load_dataset(dataset) if isinstance(dataset, str) else dataset
     dev_idx, test_idx = split_dev_test(ds.n_items, seed)
     similar = None

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import itertools
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from oahu.streams.datasets import Dataset
 from oahu.streams.stream_file import (
     ConstraintStream,
     build_stream,
     iter_jsonl,
+    load_stream,
     read_jsonl,
     write_jsonl,
 )
@@ -111,9 +115,9 @@ def test_build_stream_protocols_and_meta():
     random = build_stream(ds, n_constraints=5, seed=0, kind="triplet", protocol="random")
     assert random.meta["n_seeds"] == 5 and random.similar is None
     assert np.isin(random.constraints, random.dev_idx).all()
-    with pytest.raises(ValueError, match="protocol: expected one of"):
+    with pytest.raises(ValueError, match="protocol: must be one of 'closure', 'random', got 'tr"):
         build_stream(ds, 4, seed=0, protocol="transitive")
-    with pytest.raises(ValueError, match="kind: expected one of"):
+    with pytest.raises(ValueError, match=r"kind: must be one of 'triplet', .*, got 'quintuplet'"):
         build_stream(ds, 4, seed=0, kind="quintuplet")
     # A known kind, but not one the paper's protocol draws: the error says where it comes from.
     with pytest.raises(ValueError, match=r"kind: the paper's protocol builds triplet or pair "
@@ -137,8 +141,10 @@ def test_iter_batches_covers_the_stream_in_order(digits_stream):
     assert sizes == [128, 128, 44]
     first = np.concatenate([b[0] for b in digits_stream.iter_batches(128)])
     np.testing.assert_array_equal(first, digits_stream.X[digits_stream.constraints[:, 0]])
-    with pytest.raises(ValueError, match="batch_size: must be a positive integer"):
+    with pytest.raises(ValueError, match="batch_size: must be an integer >= 1, got 0"):
         next(digits_stream.iter_batches(0))
+    with pytest.raises(ValueError, match=r"batch_size: must be an integer >= 1, got 2\.5"):
+        next(digits_stream.iter_batches(2.5))
 
 
 # ---------------------------------------------------------------------------- incremental jsonl
@@ -273,6 +279,51 @@ def test_files_that_are_not_stream_files(tmp_path):
         ConstraintStream.load(tmp_path / "missing.npz")
     with pytest.raises(FileNotFoundError):
         read_jsonl(tmp_path / "missing.jsonl")
+
+
+_HEADER_LINE = json.dumps({"type": "header", "version": 1, "kind": "triplet",
+    "n_items": 1, "n_features": 1, "n_constraints": 0, "meta": {}}).encode() + b"\n"  # fmt: skip
+# How a garbage file may start: as nothing known, as a zip archive, as JSON, as blank lines,
+# as a whole JSON Lines header: each reaches another reader before the garbage.
+_STARTS = [b"", b"PK\x03\x04", b"{", b"\n\n", b'  {"type": ', _HEADER_LINE]
+
+
+@settings(max_examples=300, deadline=None)
+@given(start=st.sampled_from(_STARTS), garbage=st.binary(max_size=400))
+@example(start=b"", garbage=bytes([0x78, 0x8C, 0x01, 0x02]))
+@example(start=_HEADER_LINE, garbage=b"\x8c\n")
+def test_any_garbage_file_is_a_value_error_naming_the_file(start: bytes, garbage: bytes):
+    """Garbage, however it starts, is a plain ValueError naming the file: never a
+    UnicodeDecodeError (which names neither file nor format), a BadZipFile or a JSONDecodeError."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "x.npz"
+        path.write_bytes(start + garbage)
+        with pytest.raises(ValueError) as refused:
+            load_stream(path)
+    assert type(refused.value) is ValueError
+    assert str(path) in str(refused.value)
+
+
+def test_a_file_of_random_bytes_says_what_a_stream_file_is(tmp_path):
+    path = tmp_path / "x.npz"
+    path.write_bytes(bytes([0x78, 0x8C]) + bytes(range(40)))
+    with pytest.raises(ValueError) as refused:
+        load_stream(path)
+    assert str(refused.value) == (
+        f"{path}: not an oahu stream file (expected a .npz stream written by `oahu make-stream`, "
+        "or JSON Lines); it starts with b'x\\x8c\\x00\\x01\\x02\\x03\\x04\\x05\\x06\\x07\\x08\\t"
+        "\\n\\x0b\\x0c\\r'…"
+    )
+    # JSON at first, then bytes that are no UTF-8: the reader's UnicodeDecodeError, made plain.
+    path.write_bytes(_HEADER_LINE + b'{"type": "\x8c"}\n')
+    with pytest.raises(ValueError) as refused:
+        load_stream(path)
+    assert type(refused.value) is ValueError
+    assert str(refused.value) == (
+        f"{path}: not an oahu stream file (expected a .npz stream written by `oahu make-stream`, "
+        "or JSON Lines; JSON Lines is UTF-8 text, which this is not: invalid start byte); it "
+        'starts with b\'{"type": "header\'…'
+    )
 
 
 def test_pair_streams_need_similar_flags():
