@@ -28,14 +28,8 @@ from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving.app import Service
 from oahu.service.serving.inputs import MAX_POOL, MAX_SUGGEST_BATCH, SUGGEST_STRATEGIES
 from oahu.service.serving.queries import NotReady
-from oahu.service.serving.suggest import (
-    Busy,
-    Suggester,
-    SuggestionSink,
-    SuggestRequest,
-    gallery_points,
-    suggest_target,
-)
+from oahu.service.serving.suggest import Busy, Suggester, SuggestRequest, gallery_points
+from oahu.service.serving.suggestion_sink import SuggestionSink, suggest_target
 from oahu.streams.stream_file import ConstraintStream
 
 N = 400
@@ -99,16 +93,25 @@ def test_questions_from_the_gallery(running, stream: ConstraintStream, strategy:
     assert answer["pool_items"] == len(gallery)
     assert (answer["strategy"], answer["seed"], answer["published_to"]) == (strategy, 3, None)
     snap = service.publisher.current
-    assert answer["model"] == {
-        "snapshot": snap.version,
-        "updates": N,
-        "constraints_seen": N,
-    }
+    assert answer["model"] == {"snapshot": snap.version, "updates": N}
     assert 0 < answer["seconds"] < 30
     # one snapshot and one seed choose the same questions again
     again = suggest(client, pool="gallery", batch=25, strategy=strategy, seed=3).json()
     if again["model"] == answer["model"]:
         assert again["suggestions"] == answer["suggestions"]
+
+
+def test_the_model_is_named_as_every_endpoint_names_it(running, stream: ConstraintStream) -> None:
+    """/v1/suggest names the snapshot its questions come from in the same ``model`` object as
+    /v1/classify does for that snapshot, so a client reads one format from every endpoint."""
+    service, client = running
+    body = {"items": [{"x": stream.X[stream.test_idx[0]].tolist()}]}
+    before = client.post("/v1/classify", json=body).json()["model"]
+    answer = suggest(client, pool="gallery", batch=3, seed=1).json()
+    after = client.post("/v1/classify", json=body).json()["model"]
+    assert before == after  # the learner has consumed the whole stream: one snapshot throughout
+    assert answer["model"] == before
+    assert before == {"snapshot": service.publisher.current.version, "updates": N}
 
 
 def test_the_default_strategy_kind_and_seed(client: TestClient) -> None:
@@ -308,17 +311,17 @@ def test_suggestions_are_answered_while_the_learner_keeps_consuming(tmp_path: Pa
         consumed = lambda: service.status["constraints_consumed"]  # noqa: E731
         wait_until(lambda: service.publisher.current and consumed() > 0, 60, "learning")
         with TestClient(service.app) as client:
-            seen: list[tuple[int, int, int]] = []  # (consumed before, model seen, after)
+            seen: list[tuple[int, int, int]] = []  # (consumed before, model's updates, after)
             while consumed() < n and len(seen) < 6:
                 before = consumed()
                 response = client.post("/v1/suggest", json={"pool": "gallery", "batch": 50})
                 assert response.status_code == 200, response.text
-                seen.append((before, response.json()["model"]["constraints_seen"], consumed()))
+                seen.append((before, response.json()["model"]["updates"], consumed()))
                 time.sleep(0.05)
         assert len(seen) >= 2, f"the stream of {n} ended before two answers: {seen}"
         assert seen[-1][2] > seen[0][0]  # consumption went on around the answers
         assert any(before < n for before, _, _ in seen)  # answered while learning
-        # answers follow the model: later snapshots have seen more constraints
+        # answers follow the model: later snapshots have learned more
         assert seen[-1][1] > seen[0][1]
     finally:
         service.shutdown()

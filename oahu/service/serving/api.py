@@ -35,14 +35,8 @@ from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
 from oahu.service.serving.inputs import INT64_MAX, SuggestQuery, json_safe, request_models
 from oahu.service.serving.queries import NotFinite, NotReady, QueryEngine
 from oahu.service.serving.snapshot import SnapshotPublisher
-from oahu.service.serving.suggest import (
-    Busy,
-    PoolError,
-    Suggester,
-    SuggestRequest,
-    model_meta,
-    suggestion_messages,
-)
+from oahu.service.serving.suggest import Busy, PoolError, Suggester, SuggestRequest
+from oahu.service.serving.suggestion_sink import suggestion_messages
 
 
 # ---------------------------------------------------------------------- errors
@@ -262,7 +256,7 @@ def create_app(view: ServiceView) -> FastAPI:
                 "seed": seed,
                 "pool_items": out.pool_items,
                 "published_to": view.suggester.topic,
-                "model": model_meta(out.snapshot),
+                "model": out.snapshot.meta(),
                 "seconds": out.seconds,
             }
         )

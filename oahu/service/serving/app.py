@@ -40,7 +40,8 @@ from oahu.service.serving.process import LearnerProcess
 from oahu.service.serving.queries import QueryEngine
 from oahu.service.serving.snapshot import SnapshotPublisher
 from oahu.service.serving.stalls import StallWatch
-from oahu.service.serving.suggest import Suggester, SuggestionSink
+from oahu.service.serving.suggest import Suggester
+from oahu.service.serving.suggestion_sink import SuggestionSink
 from oahu.service.status import model_status
 from oahu.threads import use_native_threads
 
