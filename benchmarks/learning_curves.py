@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from oahu.experiments.evaluation import classification_quality
-from oahu.experiments.stream_replay import replay, stream_kind_for
+from oahu.experiments.stream_replay import replay
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.streams.stream_file import ConstraintStream, build_stream
@@ -82,7 +82,7 @@ def run_one(dataset: str, label: str, seed: int, sizes: list[int]) -> dict[str, 
     name, params = LEARNERS[label]
     largest = max(sizes)
     probe = make_learner(name, 2, **params)
-    stream = build_stream(dataset, largest, seed, stream_kind_for(probe))
+    stream = build_stream(dataset, largest, seed, probe.capabilities.protocol_kind)
     seeded = {"seed": seed} if name == "oahu" else {}
     learner = make_learner(name, stream.n_features, **params, **seeded)
     learner.prepare(stream.X[stream.dev_idx])

@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from oahu.experiments.evaluation import evaluate
-from oahu.experiments.stream_replay import replay, stream_kind_for
+from oahu.experiments.stream_replay import replay
 from oahu.registry import make_learner
 from oahu.streams.datasets import DATASETS, load_dataset
 from oahu.streams.protocol import closure_stream, split_dev_test
@@ -106,7 +106,8 @@ def run_trial(
     ds = load_dataset(dataset)
     train, val = dev_train_val(ds.n_items, split_seed, seed, max_queries)
     learner = make_learner(learner_name, ds.n_features, **params)
-    stream = tuning_stream(ds.X, ds.y, train, n_constraints, seed, stream_kind_for(learner))
+    kind = learner.capabilities.protocol_kind
+    stream = tuning_stream(ds.X, ds.y, train, n_constraints, seed, kind)
     learner.prepare(ds.X[train])
     stats = replay(learner, stream)
     result = evaluate(learner, ds.X, ds.y, train, val, k=5, n_pairs=2000, seed=seed)

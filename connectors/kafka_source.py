@@ -276,10 +276,6 @@ class KafkaSource:
         for partition, offset in offsets.items():
             consumer.seek(self._tp(partition), int(offset))
 
-    def position(self, partition: int) -> int | None:
-        """Offset of the next record this consumer will read from ``partition``."""
-        return self._require().position(self._tp(partition))
-
     def lag(self) -> dict[int, int]:
         """Records left per assigned partition: end offset minus position."""
         consumer = self._require()

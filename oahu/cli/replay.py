@@ -13,7 +13,7 @@ from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.drift import COMBINED
 from oahu.experiments.active_loop import INITIAL, ORACLES, ActiveStats, active_learning
 from oahu.experiments.evaluation import evaluate
-from oahu.experiments.stream_replay import ReplayStats, as_json_floats, replay, stream_kind_for
+from oahu.experiments.stream_replay import ReplayStats, as_json_floats, replay
 from oahu.learners.oahu.config import PRESETS
 from oahu.registry import LEARNER_NAMES, check_params, learner_class, make_learner
 from oahu.settings import parse_settings
@@ -232,7 +232,7 @@ def run(args: argparse.Namespace) -> int:
         stream = load_or_build_stream(args, kind)
         learner = make_learner(args.learner, stream.n_features, **params)
         if not args.stream:
-            assert stream.kind == stream_kind_for(learner)
+            assert stream.kind == learner.capabilities.protocol_kind
         learner.prepare(stream.X[stream.prepare_idx])
         stats: ReplayStats = replay(learner, stream, progress=not args.no_progress)
     else:

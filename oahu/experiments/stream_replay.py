@@ -118,10 +118,5 @@ def sample_labels(stream: ConstraintStream) -> np.ndarray:
     return stream.concept_labels[concept, stream.dev_idx]
 
 
-def stream_kind_for(learner: Learner) -> str:
-    """The kind of stream the paper's protocol feeds this learner (pairs for LEGO and RDML)."""
-    return learner.capabilities.protocol_kind
-
-
 def as_json_floats(values: np.ndarray) -> list[float]:
     return [float(v) for v in np.asarray(values).ravel()]

@@ -254,7 +254,7 @@ class ConsumerLoop:
             rejected = batch.index.tolist()
             return [DeadLetter.of(records[i], UNSUPPORTED_KIND, detail) for i in rejected]
         learner = self.learner
-        seen, skipped, used = learner.constraints_learned, Counter(learner.skipped), None
+        seen, skipped = learner.constraints_learned, Counter(learner.skipped)
         started = time.perf_counter()
         used = learner.learn(batch.kind, batch.x, batch.similar)
         self.metrics.update_seconds.observe((time.perf_counter() - started) / len(batch))
