@@ -31,7 +31,7 @@ from oahu.connectors.messages import (
 )
 from oahu.constraint_kinds import triplet_as_quadruplet
 from oahu.service.catalog import ItemStore
-from oahu.service.learning.resolve import resolve, resolve_batch
+from oahu.service.learning.resolve import resolve_batch
 
 ENCODERS = {"json": encode_json, "binary": encode_binary}
 X4 = np.array([[0.5, -1.0, 2.0], [0.25, 0.0, 1.0], [3.0, 1e-3, -7.5], [1.0, 1.0, 1.0]], np.float32)
@@ -256,6 +256,15 @@ def store() -> ItemStore:
     items = ItemStore(dim=3)
     items.add(["17", "4", "90", "-3"], X4)
     return items
+
+
+def resolve(c: Constraint, store: ItemStore | None) -> np.ndarray:
+    """The features of one constraint's items as the learn loop resolves them, in a batch."""
+    (batch,) = decode_batch([encode_binary(c)]).batches
+    resolved, errors = resolve_batch(batch, store)
+    if errors:
+        raise errors[0][1]
+    return resolved.x[0]
 
 
 def test_the_resolver_resolves_4_items_in_role_order(store: ItemStore) -> None:

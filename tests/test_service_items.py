@@ -1,4 +1,5 @@
-"""The service's ItemStore (features by id) and resolving constraints to feature vectors."""
+"""The service's item store (features by id), the catalog's lookup and start-up items, and
+resolving constraints to feature vectors."""
 
 from __future__ import annotations
 
@@ -9,9 +10,17 @@ import pytest
 
 from oahu.connectors.constraint import MISSING_LABEL
 from oahu.connectors.messages import Constraint, DecodeError, decode_batch, encode_binary
-from oahu.service.catalog import ItemStore
-from oahu.service.learning.resolve import resolve, resolve_batch
+from oahu.service.catalog import Catalog, base_items
+from oahu.service.config import ServiceConfig
+from oahu.service.item_store import ItemStore
+from oahu.service.learning.resolve import resolve_batch
 from oahu.streams.stream_file import ConstraintStream, write_jsonl
+
+
+def labels(store: ItemStore, ids: list[str]) -> list[int]:
+    """The stored labels of ``ids``, read from a snapshot of everything."""
+    stored_ids, _, y = store.snapshot()
+    return [int(y[stored_ids.index(i)]) for i in ids]
 
 
 def test_add_get_labels_and_version() -> None:
@@ -21,13 +30,13 @@ def test_add_get_labels_and_version() -> None:
     assert store.dim == 2 and store.version == 1 and len(store) == 3
     assert "7" in store and 7 in store and "c" not in store
     assert store.get([7, "a"]).tolist() == [[5.0, 6.0], [1.0, 2.0]]
-    assert store.labels(["b"]).tolist() == [1]
+    assert labels(store, ["b"]) == [1]
     store.add("c", [9, 9])  # one id, one vector, no label
     assert store.version == 2
-    assert store.labels("c").tolist() == [MISSING_LABEL]
+    assert labels(store, ["c"]) == [MISSING_LABEL]
     store.add(["a"], [[0, 0]], y=[5])  # replacing an id keeps the count
     assert store.version == 3 and len(store) == 4
-    assert store.get("a").tolist() == [[0.0, 0.0]] and store.labels("a").tolist() == [5]
+    assert store.get("a").tolist() == [[0.0, 0.0]] and labels(store, ["a"]) == [5]
 
 
 def test_get_returns_a_copy() -> None:
@@ -85,7 +94,7 @@ def test_add_rejects_bad_ids_and_labels() -> None:
         store.add(["a", "a"], [[1.0], [2.0]])
     with pytest.raises(ValueError, match="y"):
         store.add(["a", "b"], [[1.0], [2.0]], y=[1])
-    with pytest.raises(ValueError, match="dim"):
+    with pytest.raises(ValueError, match="dim: must be an integer >= 1, got 0"):
         ItemStore(dim=0)
 
 
@@ -138,7 +147,7 @@ def test_save_load_round_trip(tmp_path) -> None:
     loaded = ItemStore.load(tmp_path / "items.npz")
     assert loaded.snapshot()[0] == ["x", "y"]
     np.testing.assert_array_equal(loaded.get(["y", "x"]), [[3, 4], [1, 2]])
-    assert loaded.labels(["x", "y"]).tolist() == [1, MISSING_LABEL]
+    assert labels(loaded, ["x", "y"]) == [1, MISSING_LABEL]
 
 
 def small_stream() -> ConstraintStream:
@@ -153,6 +162,49 @@ def small_stream() -> ConstraintStream:
     )
 
 
+# ---------------------------------------------------------------------- the catalog
+def test_the_catalog_looks_ids_up_in_the_store_then_the_gallery(tmp_path) -> None:
+    items, gallery = ItemStore(dim=2), ItemStore(dim=2)
+    items.add(["both", "item"], [[1, 1], [2, 2]])
+    gallery.add(["both", "gallery-only"], [[9, 9], [3, 3]], y=[0, 1])
+    catalog = Catalog(items, gallery, tmp_path / "overlay.npz")
+    X, found = catalog.lookup(["gallery-only", "nobody", "both", 17])
+    assert found.tolist() == [True, False, True, False]
+    assert X.tolist() == [[3, 3], [0, 0], [1, 1], [0, 0]]  # the store's "both", not the gallery's
+    catalog.remove(["both"])
+    X, found = catalog.lookup(["both", "item"])
+    assert found.tolist() == [False, True] and X.tolist() == [[0, 0], [2, 2]]
+
+
+def test_a_catalog_refuses_a_gallery_flag_that_is_not_a_boolean(tmp_path) -> None:
+    catalog = Catalog(ItemStore(dim=1), ItemStore(dim=1), tmp_path / "overlay.npz")
+    with pytest.raises(ValueError, match="gallery: must be true or false, got 1"):
+        catalog.add(["a"], [[1.0]], [3], gallery=1)
+    assert len(catalog.items) == 0 and catalog.version == 0
+
+
+def test_both_processes_start_from_the_same_items(tmp_path) -> None:
+    """The serving process and the learner's replica assemble their item store with
+    ``base_items``: ``--items`` first, then the stream file's items (ids: item indices)."""
+    stream_path = tmp_path / "stream.npz"
+    small_stream().save(stream_path)
+    extra = ItemStore(dim=2)
+    extra.add(["extra", "5"], [[-1, -1], [-5, -5]], y=[7, 8])
+    extra.save(tmp_path / "items.npz")
+    config = ServiceConfig(
+        source=stream_path.as_uri(), items=str(tmp_path / "items.npz"), checkpoint_dir=str(tmp_path)
+    )
+    items, stream_file = base_items(config)
+    assert stream_file == stream_path
+    assert items.snapshot()[0] == ["extra", "5", "0", "1", "2", "3", "4"]
+    np.testing.assert_array_equal(items.get(["extra", "5"]), [[-1, -1], [10, 11]])  # the stream's
+    assert labels(items, ["extra", "5", "0"]) == [7, 2, 0]
+    messages = tmp_path / "messages.jsonl"
+    messages.write_text("")
+    items, stream_file = base_items(config.replace(source=messages.as_uri(), items=None))
+    assert stream_file is None and len(items) == 0  # a file of messages brings no items
+
+
 @pytest.mark.parametrize("suffix", [".npz", ".jsonl"])
 def test_load_items_of_a_stream_file(tmp_path, suffix: str) -> None:
     path = tmp_path / f"stream{suffix}"
@@ -161,19 +213,30 @@ def test_load_items_of_a_stream_file(tmp_path, suffix: str) -> None:
     store = ItemStore.load(path)
     assert len(store) == 6 and store.dim == 2
     np.testing.assert_array_equal(store.get(np.arange(6)), stream.X)  # ids are item indices
-    assert store.labels(["4", "5"]).tolist() == [2, 2]
+    assert labels(store, ["4", "5"]) == [2, 2]
     gallery = ItemStore.load(path, dev_only=True)  # a stream file as a gallery
     assert gallery.snapshot()[0] == [str(i) for i in stream.dev_idx]
 
 
 # ---------------------------------------------------------------------- resolving
+def resolve_one(c: Constraint, store: ItemStore | None = None, dim: int | None = None):
+    """One constraint through the batch resolver: its features, or the error of its row."""
+    (batch,) = decode_batch([encode_binary(c)]).batches
+    resolved, errors = resolve_batch(batch, store, dim)
+    if errors:
+        [(_, error)] = errors
+        raise error
+    return resolved.x[0]
+
+
 def test_resolve_single_constraints() -> None:
     store = ItemStore(dim=2)
     store.add(["1", "2", "3"], [[1, 0], [0, 1], [1, 1]])
     by_id = Constraint("triplet", ids=("3", "1", "2"))
-    assert resolve(by_id, store).tolist() == [[1, 1], [1, 0], [0, 1]]
+    assert resolve_one(by_id, store).tolist() == [[1, 1], [1, 0], [0, 1]]
     inline = Constraint("pair", x=np.ones((2, 2), np.float32), similar=True)
-    assert resolve(inline, store) is inline.x and resolve(inline).shape == (2, 2)
+    assert resolve_one(inline, store).tolist() == [[1, 1], [1, 1]]
+    assert resolve_one(inline).shape == (2, 2)
     for c, kwargs, reason in [
         (Constraint("pair", ids=("1", "9"), similar=False), {"store": store}, "unknown_item"),
         (by_id, {}, "unknown_item"),  # ids but no store
@@ -182,7 +245,7 @@ def test_resolve_single_constraints() -> None:
         (inline, {"dim": 5}, "bad_dimension"),
     ]:  # fmt: skip
         with pytest.raises(DecodeError) as info:
-            resolve(c, **kwargs)
+            resolve_one(c, **kwargs)
         assert info.value.reason == reason
 
 

@@ -29,9 +29,10 @@ from oahu.connectors.kafka_source import Backoff
 from oahu.connectors.source import Source
 from oahu.learner import Learner
 from oahu.persistence import learner_from_bytes
-from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
+from oahu.service.catalog import OVERLAY_FILE, Catalog, base_items
 from oahu.service.checkpoints import Progress
 from oahu.service.config import ServiceConfig, configure_logging
+from oahu.service.item_store import ItemStore
 from oahu.service.learning.consumer import ConsumerLoop
 from oahu.service.learning.link import ParentLink, ReindexSchedule, listen
 from oahu.service.messages import EXIT_ORPHANED, STOP_SIGNALS, Start
@@ -111,15 +112,13 @@ def build_loop(
     """The learn loop over the configured source, with an item replica (``loop.catalog``);
     ``fell_back``: the progress is an earlier checkpoint's than the latest, ``start_state`` the
     learner's bytes (both from ``Start``)."""
-    items = ItemStore.load(config.items) if config.items else ItemStore()
     source: Source
     if config.is_kafka:
         source = kafka_source(config)
+        items, _ = base_items(config)
     else:
         source = FileSource(config.file_path())
-        stream_items = source.items()  # a stream file's constraints name its items by index
-        if stream_items is not None:
-            items.add(*stream_items)
+        items, _ = base_items(config, source)  # the file is read once
     # the API's changes go on top, from the overlay file and then as they are made
     catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
     metrics = LearningMetrics.of(learner)

@@ -13,8 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oahu.connectors.constraint import Constraint, ConstraintBatch, DecodeError
-from oahu.service.catalog import ItemStore
+from oahu.connectors.constraint import ConstraintBatch, DecodeError
+from oahu.service.item_store import ItemStore
+
+__all__ = ["ResolvedBatch", "resolve_batch"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,26 +43,6 @@ def _expected_dim(store: ItemStore | None, dim: int | None) -> int | None:
     if dim is not None and store is not None and store.dim not in (None, dim):
         raise ValueError(f"dim: {dim} differs from the item store's dimension {store.dim}")
     return dim if dim is not None else (store.dim if store is not None else None)
-
-
-def resolve(c: Constraint, store: ItemStore | None = None, dim: int | None = None) -> np.ndarray:
-    """Features of the constraint's items, float32 (n_items, dim); raises ``DecodeError``.
-
-    >>> store = ItemStore(dim=2)
-    >>> store.add(["1", "2"], [[1, 0], [0, 1]])
-    >>> resolve(Constraint("pair", ids=("2", "1"), similar=True), store).tolist()
-    [[0.0, 1.0], [1.0, 0.0]]
-    """
-    expected = _expected_dim(store, dim)
-    if c.x is not None:
-        if expected is not None and c.x.shape[1] != expected:
-            raise DecodeError(
-                "bad_dimension", f"items have dim {c.x.shape[1]}, expected {expected}"
-            )
-        return c.x
-    if store is None:
-        raise DecodeError("unknown_item", "items by id, but no item store to resolve them")
-    return store.get(list(c.ids or ()))
 
 
 def resolve_batch(

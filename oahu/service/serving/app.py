@@ -19,17 +19,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from oahu.connectors.file_source import FileSource
 from oahu.learner import Learner
 from oahu.persistence import learner_to_bytes
 from oahu.registry import make_learner
-from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
+from oahu.service.catalog import OVERLAY_FILE, Catalog, base_items
 from oahu.service.checkpoints import (
     Progress,
     checkpoint_path,
     restore_checkpoint,
 )
 from oahu.service.config import ServiceConfig
+from oahu.service.item_store import ItemStore
 from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
@@ -67,16 +67,9 @@ def default_stream(config: ServiceConfig) -> Path:
 
 
 def initial_items(config: ServiceConfig) -> tuple[ItemStore, ItemStore]:
-    """The item store and the gallery at start-up, from ``--items``, ``--gallery`` and the file
-    source (whose items the learner process's source hands out too; its development items are
-    the default gallery)."""
-    items = ItemStore.load(config.items) if config.items else ItemStore()
-    stream_file = None  # a file of messages carries no items, and so no gallery
-    if not config.is_kafka:
-        stream_items = FileSource(config.file_path()).items()
-        if stream_items is not None:
-            items.add(*stream_items)
-            stream_file = str(config.file_path())
+    """The item store and the gallery at start-up: :func:`~oahu.service.catalog.base_items`
+    and ``--gallery``, by default the development items of the stream file the source reads."""
+    items, stream_file = base_items(config)
     gallery_file = config.gallery or stream_file
     gallery = ItemStore.load(gallery_file, dev_only=True) if gallery_file else ItemStore()
     return items, gallery

@@ -53,10 +53,10 @@ class QueryEngine:
     """Batched embed / classify / retrieve / verify over the current snapshot.
 
     >>> import tempfile, pathlib
-    >>> from oahu.service.catalog import ItemStore
     >>> from oahu.persistence import learner_to_bytes
     >>> from oahu.registry import make_learner
     >>> from oahu.service.catalog import Catalog
+    >>> from oahu.service.item_store import ItemStore
     >>> from oahu.service.metrics import ServiceMetrics
     >>> gallery = ItemStore(dim=2)
     >>> gallery.add(["a", "b"], [[1, 0], [0, 1]], y=[0, 1])
