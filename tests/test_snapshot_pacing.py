@@ -4,17 +4,25 @@ call gives, to the bit."""
 
 from __future__ import annotations
 
-import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pytest
+from service_support import wait_until
 
 from oahu.learners.oahu.learner import OAHU
 from oahu.persistence import learner_to_bytes
 from oahu.service.catalog import Catalog, ItemStore
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving import snapshot as snapshot_module
-from oahu.service.serving.snapshot import GALLERY_SLICE, SnapshotPublisher, embed_gallery
+from oahu.service.serving.snapshot import (
+    BURST_SHARE,
+    GALLERY_SLICE,
+    SnapshotPublisher,
+    embed_gallery,
+)
 
 N_ITEMS = 2 * GALLERY_SLICE + 1000  # three slices, the last one short
 
@@ -38,35 +46,69 @@ def test_slices_give_one_calls_embeddings_and_rest_after_each() -> None:
     assert len(worked) == 3  # a gallery of one slice or less is embedded at once
 
 
+class BuilderClock:
+    """The builder's clock and sleep: time passes only when the builder sleeps or embeds (by
+    ``tick`` per embedding call), so its work and its rests are known exactly and told apart;
+    the builder's wall-clock time (``time.time``) stays real."""
+
+    def __init__(self, tick: float) -> None:
+        self.tick = tick
+        self.now = 1000.0
+        self.embeddings = 0
+        self.slept: list[float] = []
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    monotonic = perf_counter
+
+    def time(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+    def embedded(self) -> None:
+        self.embeddings += 1
+        self.now += self.tick
+
+
 def test_the_builder_rests_as_long_as_it_works_and_counts_only_the_work(
     tmp_path: Path, monkeypatch
 ) -> None:
     x = np.random.default_rng(2).normal(size=(N_ITEMS, 12)).astype(np.float32)
     learner = learned_oahu(x)
+    expected = learner.embed(x, role="gallery")
     gallery = ItemStore(dim=12)
     gallery.add([str(i) for i in range(N_ITEMS)], x, y=np.arange(N_ITEMS) % 5)
     metrics = ServiceMetrics()
     publisher = SnapshotPublisher(
         Catalog(ItemStore(dim=12), gallery, tmp_path / "overlay.npz"), metrics
     )
-    slept: list[float] = []
-    real_sleep = snapshot_module.time.sleep
+    clock = BuilderClock(tick=0.25)
+    real_embed = OAHU.embed
 
-    def sleep(seconds: float) -> None:  # time is one module: count the builder's sleeps only
-        if threading.current_thread().name == "oahu-reindex":
-            slept.append(seconds)
-        real_sleep(seconds)
+    def embed(self: OAHU, *args: Any, **kwargs: Any) -> np.ndarray:
+        out = real_embed(self, *args, **kwargs)
+        clock.embedded()  # each call is tick seconds of work on the builder's clock
+        return out
 
-    monkeypatch.setattr(snapshot_module.time, "sleep", sleep)
+    monkeypatch.setattr(snapshot_module, "time", clock)  # the builder's module only
+    monkeypatch.setattr(OAHU, "embed", embed)
     publisher.start()
     try:
         publisher.submit(learner_to_bytes(learner, queries_only=True))
-        assert publisher.wait_for(1, timeout=60)
+        wait_until(lambda: publisher.current is not None, 60, "the first snapshot")
     finally:
         publisher.stop()
     snap = publisher.current
     assert snap.index.n_items == N_ITEMS
-    assert np.array_equal(snap.embeddings, learner.embed(x, role="gallery"))
-    assert len(slept) == 3  # one rest per slice, each as long as the slice's work (share 0.5)
+    assert np.array_equal(snap.embeddings, expected)
+    # One rest per slice, each the prescribed multiple of that slice's work: as long again at
+    # a burst share of one half.
+    assert clock.slept == [pytest.approx(0.25 * (1 / BURST_SHARE - 1))] * 3
+    # The build's work is its embedding, without the rests it took between slices.
     work = metrics.registry.get_sample_value("oahu_gallery_reindex_duration_seconds_sum")
-    assert sum(slept) < work  # the rests, not counted as work, are shorter than the whole build
+    assert clock.embeddings >= 3
+    assert work == pytest.approx(clock.embeddings * 0.25)
