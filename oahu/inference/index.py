@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 import numpy as np
 
@@ -124,6 +125,17 @@ def index_gallery(
     ids: np.ndarray | None = None,
     kind: str = "exact",
     nprobe: int = 16,
+    embed: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> GalleryIndex:
-    """Embed ``x`` with ``learner`` (gallery role) and index it with :func:`make_index`."""
-    return make_index(kind, learner.embed(x, role="gallery"), labels, learner.metric, ids, nprobe)
+    """Embed ``x`` with ``learner`` (gallery role) and index it with :func:`make_index`;
+    ``embed(x)`` embeds instead when given (the service paces a large gallery's embedding in
+    slices, and keeps the embeddings it gets).
+
+    >>> from oahu.registry import make_learner
+    >>> x = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    >>> index = index_gallery(make_learner("euclidean", 2), x, labels=np.array([3, 4]))
+    >>> index.n_items, index.search(x[None, :1], k=1)[1].tolist()
+    (2, [[[0]]])
+    """
+    emb = learner.embed(x, role="gallery") if embed is None else embed(x)
+    return make_index(kind, emb, labels, learner.metric, ids, nprobe)

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from oahu.inference import GalleryIndex, make_index
+from oahu.inference import GalleryIndex, index_gallery
 from oahu.learner import Learner
 from oahu.persistence import learner_from_bytes
 from oahu.service.catalog import Catalog
@@ -130,7 +130,7 @@ def build_snapshot(
     :func:`oahu.inference.make_index` ("exact": the paper's kNN; "ivf" with ``nprobe``); ``rest``
     paces the gallery's embedding (:func:`embed_gallery`).
 
-    >>> from oahu.service.catalog import ItemStore
+    >>> from oahu.service.item_store import ItemStore
     >>> import tempfile, pathlib
     >>> from oahu.registry import make_learner
     >>> gallery = ItemStore(dim=2)
@@ -145,9 +145,14 @@ def build_snapshot(
     gallery_version, ids, X, y = gallery or gallery_arrays(catalog)
     id_array = np.empty(len(ids), dtype=object)
     id_array[:] = ids
-    emb = embed_gallery(learner, X, rest) if ids else None
+    embedded: list[np.ndarray] = []
+
+    def embed(x: np.ndarray) -> np.ndarray:
+        embedded.append(embed_gallery(learner, x, rest))
+        return embedded[0]
+
     gallery_index = (
-        None if emb is None else make_index(index, emb, y, learner.metric, id_array, nprobe)
+        index_gallery(learner, X, y, id_array, index, nprobe, embed=embed) if ids else None
     )
     return Snapshot(
         learner,
@@ -160,7 +165,7 @@ def build_snapshot(
         time.time(),
         # One more copy of the embedded gallery (the index keeps its own layout): 56 MB for
         # 35,000 items at two depths of 200; a similarity learner's are of no use to suggest.
-        emb if learner.metric == "l2" else None,
+        embedded[0] if embedded and learner.metric == "l2" else None,
     )
 
 
