@@ -42,7 +42,7 @@ from oahu.experiments.evaluation import evaluate
 from oahu.experiments.stream_replay import replay
 from oahu.learners.baselines.euclidean import Euclidean
 from oahu.learners.oahu.learner import OAHU
-from oahu.learners.oahu.loss import margin_with_gradients
+from oahu.learners.oahu.loss import MarginLoss
 from oahu.streams.datasets import load_digits
 from oahu.streams.protocol import split_dev_test
 from oahu.streams.stream_file import build_stream
@@ -108,7 +108,7 @@ def mlp_embedding(X: np.ndarray, y: np.ndarray, dev: np.ndarray, seed: int) -> n
             d = torch.cdist(z, z)
             same = yt[b][:, None] == yt[b][None, :]
             valid = (same & ~torch.eye(len(b), dtype=torch.bool))[:, :, None] & ~same[:, None, :]
-            hinge, _, _ = margin_with_gradients(d[:, :, None], d[:, None, :], MLP_MARGIN)
+            hinge, _, _ = MarginLoss(MLP_MARGIN)(d[:, :, None], d[:, None, :])
             hinge = hinge[valid]
             violated = hinge[hinge > 0]
             if len(violated):

@@ -9,8 +9,9 @@ What a learner can do is declared, not guessed: its class sets :class:`Capabilit
 constraint kinds it learns, whether it builds its own constraints from labelled samples, the
 diagnostics it reports), the way river's ``_tags`` and scikit-learn's estimator tags do, and
 callers read them. Its parameters are its constructor's (``get_params``, ``clone`` and the repr
-read them from the signature, as in scikit-learn and river), and rebuilding a learner from a
-checkpoint calls the constructor with them (:mod:`oahu.persistence`).
+read them from the signature, as in scikit-learn and river, unless the class declares them in
+``_param_specs``), and rebuilding a learner from a checkpoint calls the constructor with them,
+after the class's ``migrate_params`` (:mod:`oahu.persistence`).
 
 Input validation lives here, once, so that no learner can silently learn from bad data:
 
@@ -47,7 +48,7 @@ _LEARN_HOOKS: dict[str, str] = {
     "pair": "_learn_pairs",
     "quadruplet": "_learn_quadruplets",
 }
-# The hooks Learner._learn_constraint_rows calls by default, one matrix per role.
+# The hooks Learner._learn_constraint_rows calls by default, preprocessed, one matrix per role.
 _STACKED_HOOKS = ("_learn_triplets", "_learn_quadruplets")
 
 
@@ -148,7 +149,9 @@ class Learner(ABC):
     kind (``_learn_triplets``, ``_learn_pairs``, ``_learn_quadruplets``; ``_learn_samples``
     with ``learns_samples``, ``_diagnostics`` with diagnostics). The hooks receive inputs
     already validated and preprocessed (see :mod:`oahu.preprocessing`; ``preprocess="none"``
-    by default).
+    by default). A learner that takes triplets and quadruplets as one array overrides
+    ``_learn_constraint_rows`` instead, which receives them validated and preprocesses them
+    itself.
 
     Class attributes
     ----------------
@@ -320,7 +323,7 @@ class Learner(ABC):
         used = np.zeros(len(xu), dtype=bool)
         if valid.any():
             idx = np.flatnonzero(valid)
-            scale = self._learning_rows
+            scale = self.input_scaler.transform
             used[idx] = self._learn_pairs(scale(xu[idx]), scale(xv[idx]), sim[idx])
         self.constraints_used += int(used.sum())
         return used
@@ -344,7 +347,7 @@ class Learner(ABC):
 
     def _learn_stacked(self, kind: str, x: np.ndarray) -> np.ndarray:
         """Learn triplets (n, 3, d) or quadruplets (n, 4, d), float32 in C order: skip (and
-        count) the non-finite and degenerate ones, preprocess the rest, hand them to the hook.
+        count) the non-finite and degenerate ones, hand the rest to ``_learn_constraint_rows``.
 
         A degenerate triplet has its negative identical to its anchor; a degenerate quadruplet
         has c identical to d (no distance can be below D(c, d) = 0), or {c, d} the same items as
@@ -362,25 +365,20 @@ class Learner(ABC):
         used = np.zeros(len(x), dtype=bool)
         if valid.any():
             idx = np.flatnonzero(valid)
-            rows = x if len(idx) == len(x) else x[idx]
-            n, n_roles, d = rows.shape
-            rows = self._learning_rows(rows.reshape(n * n_roles, d)).reshape(n, n_roles, -1)
-            used[idx] = self._learn_constraint_rows(kind, rows)
+            used[idx] = self._learn_constraint_rows(kind, x if len(idx) == len(x) else x[idx])
         self.constraints_used += int(used.sum())
         return used
 
     def _learn_constraint_rows(self, kind: str, rows: np.ndarray) -> np.ndarray:
-        """Hand preprocessed triplets or quadruplets (n, n_roles, d) to their hook, one matrix
-        per role; a learner that takes them as one array overrides this."""
-        roles = [np.ascontiguousarray(rows[:, r]) for r in range(rows.shape[1])]
+        """Learn validated triplets or quadruplets (n, n_roles, d): preprocess them and hand them
+        to their hook, one matrix per role. A learner that takes them as one array overrides
+        this, and preprocesses them where its update needs them."""
+        n, n_roles, d = rows.shape
+        rows = self.input_scaler.transform(rows.reshape(n * n_roles, d)).reshape(n, n_roles, -1)
+        roles = [np.ascontiguousarray(rows[:, r]) for r in range(n_roles)]
         if kind == "triplet":
             return self._learn_triplets(*roles)
         return self._learn_quadruplets(*roles)
-
-    def _learning_rows(self, x: np.ndarray) -> np.ndarray:
-        """Validated items as the learning hooks receive them: preprocessed (a learner that
-        projects each update's rows itself takes them before the projection)."""
-        return self.input_scaler.transform(x)
 
     def _screen(self, finite: np.ndarray, non_degenerate: np.ndarray) -> np.ndarray:
         self.constraints_seen += len(finite)
@@ -513,15 +511,37 @@ class Learner(ABC):
             self.drift.set_state(state["drift"])
 
     @classmethod
-    def param_names(cls) -> tuple[str, ...]:
-        """The constructor's parameters besides ``n_features``, read from its signature."""
+    def _param_specs(cls) -> tuple[inspect.Parameter, ...]:
+        """The learner's parameters besides ``n_features``, with their defaults: by default the
+        constructor's, read from its signature; a class whose constructor takes them as
+        ``**kwargs`` (OAHU takes its config's fields) lists them itself.
+
+        >>> from oahu.learners.baselines.rdml import RDML
+        >>> [(p.name, p.default) for p in RDML._param_specs()]
+        [('learning_rate', 0.1), ('psd_margin', 0.5), ('preprocess', 'unit')]
+        """
         skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
         parameters = inspect.signature(cls.__init__).parameters.values()
         return tuple(
-            p.name
-            for p in parameters
-            if p.name not in ("self", "n_features") and p.kind not in skip
+            p for p in parameters if p.name not in ("self", "n_features") and p.kind not in skip
         )
+
+    @classmethod
+    def param_names(cls) -> tuple[str, ...]:
+        """The names of the learner's parameters besides ``n_features`` (``_param_specs``)."""
+        return tuple(p.name for p in cls._param_specs())
+
+    @classmethod
+    def migrate_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """The constructor arguments that rebuild a learner of this class saved with ``params``
+        (``get_params`` then): ``params`` themselves, unless the class's parameters changed
+        meaning since and it says how an older checkpoint's map onto them.
+
+        >>> from oahu.learners.baselines.oasis import OASIS
+        >>> OASIS.migrate_params({"aggressiveness": 0.5})
+        {'aggressiveness': 0.5}
+        """
+        return dict(params)
 
     def _param_value(self, name: str) -> Any:
         """The current value of constructor parameter ``name`` (the attribute of that name)."""
@@ -577,9 +597,7 @@ class Learner(ABC):
 
     def __repr__(self) -> str:
         """The constructor call, with the parameters that differ from their defaults."""
-        defaults = {
-            name: p.default for name, p in inspect.signature(type(self).__init__).parameters.items()
-        }
+        defaults = {p.name: p.default for p in self._param_specs()}
         params = [
             f"{name}={value!r}"
             for name, value in self.get_params().items()

@@ -12,13 +12,9 @@ checked before the payload is read at all: a flipped, truncated or foreign byte 
 refused with :class:`LearnerFileError` (a ``ValueError`` naming the file), never loaded as a
 silently different model (torch's zip reader checks no checksum). Files of earlier releases,
 the bare payload without a header, still load, with a warning that they are unverified.
-``state["params"]`` is the learner's ``get_params()``, read from its constructor signature,
-and rebuilding a learner calls its class with those parameters before ``set_state``.
-
-Checkpoints written before oahu's own OAHU learner became the default (issue 8) hold an OAHU
-that was the paper's algorithm, and its params name none of the fields that came with the new
-default: they are rebuilt as ``preset="paper"`` with the fields they record, i.e. as what they
-were (:func:`checkpoint_params`).
+``state["params"]`` is the learner's ``get_params()``, and rebuilding a learner calls its class
+with those parameters, as its ``migrate_params`` maps a checkpoint of an earlier release onto
+them, before ``set_state``.
 
 >>> from oahu.learners.baselines.rdml import RDML
 >>> rdml = RDML(n_features=2, learning_rate=0.2)
@@ -49,67 +45,16 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1  # of the payload's blob
 
 
-# OAHUConfig's fields that came with oahu's own default learner (issue 8). A checkpoint whose
-# OAHU params hold none of them was written when every OAHU was the paper's Algorithm 1.
-_OAHU_FIELDS_OF_THE_DEFAULT_LEARNER = frozenset(
-    {
-        "lr_decay",
-        "loss",
-        "margin",
-        "hedge_signal",
-        "depth_weighting",
-        "residual_heads",
-        "replay",
-        "replay_memory",
-        "mined",
-        "item_memory",
-        "mining_candidates",
-        "graph_memory",
-        "prequential_window",
-    }
-)
-
-
-# OAHUConfig's fields added to the default learner since, with the value that reproduces how a
-# checkpoint written before them learned.
-_OAHU_FIELDS_ADDED_LATER = {"lr_floor": 0.0}
-
-
-def checkpoint_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The constructor arguments that rebuild learner ``name`` saved with ``params``.
-
-    An OAHU saved before oahu's default learner existed ran the paper's algorithm (ABTL, hedge
-    on the loss, no residual heads, replay or mining) with the fields its params record (all of
-    its configuration then, with or without a ``preset`` key, and ``"tuned"`` was a preset of
-    those fields): it is rebuilt as ``preset="paper"`` with them, so that the fields it predates
-    take the paper's values rather than the new defaults. A default learner saved before a
-    field was added gets the value it learned with, not the field's new default.
-
-    >>> old = {"hidden_width": 8, "embedding_dim": 4, "learning_rate": 0.3, "preprocess": "none"}
-    >>> checkpoint_params("oahu", old)["preset"]
-    'paper'
-    >>> checkpoint_params("oahu", {"preset": None, "loss": "margin", "lr_floor": 0.5})
-    {'preset': None, 'loss': 'margin', 'lr_floor': 0.5}
-    >>> checkpoint_params("oahu", {"preset": None, "loss": "margin"})
-    {'preset': None, 'loss': 'margin', 'lr_floor': 0.0}
-    """
-    if name != "oahu":
-        return dict(params)
-    if not _OAHU_FIELDS_OF_THE_DEFAULT_LEARNER & set(params):
-        return {**params, "preset": "paper"}
-    missing = {k: v for k, v in _OAHU_FIELDS_ADDED_LATER.items() if k not in params}
-    return {**params, **missing}
-
-
 def learner_from_state(state: dict[str, Any], device: str | None = None) -> Learner:
     """A new learner holding ``state`` (``Learner.get_state``), built from its parameters.
 
     ``device`` replaces the device the learner was saved with, for learners that have one.
     """
-    params = checkpoint_params(state["learner"], state["params"])
+    cls = learner_class(state["learner"])
+    params = cls.migrate_params(state["params"])
     if device is not None and "device" in params:
         params["device"] = device
-    learner = learner_class(state["learner"])(n_features=state["n_features"], **params)
+    learner = cls(n_features=state["n_features"], **params)
     learner.set_state(state)
     return learner
 

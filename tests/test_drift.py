@@ -212,7 +212,7 @@ def test_oahu_detects_a_contradicting_concept_and_adapts_at_that_constraint():
     assert [e for e in model.drift_events if e.signal == COMBINED] == []
     alpha_before = model.alpha
     assert not np.allclose(alpha_before, 0.5)  # the hedge has chosen: the reset is visible
-    learned_before = model._learned
+    learned_before = model.update_step.learned
     learn_stream(model, AFTER[:500])
     combined = [e for e in model.drift_events if e.signal == COMBINED]
     assert len(combined) == 1
@@ -222,13 +222,14 @@ def test_oahu_detects_a_contradicting_concept_and_adapts_at_that_constraint():
     assert combined[0].mistakes_after > 0.5 > 0.1 > combined[0].mistakes_before
     # "step": the decay restarted at the constraint after the detection, with a step raised
     # 5-fold at first and back to the decay's over 2,000 constraints (Eq. D2).
-    assert model._decay_origin == at + 1 and model._decay_origin > learned_before
-    since = model._learned - model._decay_origin
+    step = model.update_step
+    assert step.decay_origin == at + 1 and step.decay_origin > learned_before
+    since = step.learned - step.decay_origin
     decayed = 0.03 / np.sqrt(1 + since / 10_000)
-    assert model._step_size() == pytest.approx(decayed * (1 + 4 * (1 - since / 2000)))
+    assert model.update_step.step_size() == pytest.approx(decayed * (1 + 4 * (1 - since / 2000)))
     assert np.allclose(model.alpha, 0.5, atol=0.05)  # "alpha": the hedge starts again
     # "memory": what was replayed and mined is only what came after the detection.
-    assert model._replay.seen == model._learned - model._decay_origin
+    assert step.replay.seen == step.learned - step.decay_origin
     assert model.summary()["drift_detected"][COMBINED] == 1
     assert model.summary()["drift_events"][0]["constraint"] == at
 
@@ -250,8 +251,8 @@ def test_without_adaptation_oahu_only_reports():
     assert [e.constraint for e in adapting.drift_events] == [
         e.constraint for e in reporting.drift_events
     ][: len(adapting.drift_events)]
-    assert reporting._decay_origin == 0
-    assert reporting._replay.seen == reporting._learned  # nothing was emptied
+    assert reporting.update_step.decay_origin == 0
+    assert reporting.update_step.replay.seen == reporting.update_step.learned  # nothing was emptied
 
 
 def test_a_checkpoint_neither_forgets_nor_repeats_a_detection():

@@ -1,11 +1,14 @@
-"""The hedge step of Eq. 20 with the floor s/(L+1) and renormalisation, worked by hand."""
+"""The hedge step of Eq. 20 with the floor s/(L+1) and renormalisation, worked by hand, and the
+signals that drive it: the training loss (the paper) and the prequential mistakes (ours)."""
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from oahu.learners.oahu.hedge import hedge_update
+from oahu.learners.oahu.hedge import HEDGE_SIGNALS, LossSignal, MistakeSignal, hedge_update
+from oahu.learners.oahu.learner import OAHU
 
 
 def t(*values: float) -> torch.Tensor:
@@ -62,3 +65,54 @@ def test_numpy_and_torch_agree() -> None:
     on_torch = hedge_update(torch.from_numpy(alpha), torch.from_numpy(losses), 0.99, 0.1)
     assert isinstance(on_numpy, np.ndarray)
     assert on_numpy.tolist() == pytest.approx(on_torch.tolist(), abs=1e-7)
+
+
+def test_the_signals_pick_what_an_update_measured() -> None:
+    losses, mistakes = t(0.3, 0.1, 0.6), t(0.0, 0.5, 1.0)
+    assert LossSignal()(losses, mistakes) is losses
+    assert MistakeSignal()(losses, mistakes) is mistakes
+    assert MistakeSignal()(losses, t(0.0, 0.0, 0.0)) is None  # no depth erred
+    assert (HEDGE_SIGNALS["loss"], HEDGE_SIGNALS["mistakes"]) == (LossSignal, MistakeSignal)
+
+
+def _hedging(signal: str) -> OAHU:
+    """A 3-depth learner whose α sits below the floor s/(L+1) = 0.1/3 on two depths: the floor
+    and renormalisation alone would move it."""
+    model = OAHU(n_features=4, n_hidden_layers=2, preprocess="none", hedge_signal=signal)
+    step = model.update_step
+    step.alpha = np.array([0.98, 0.01, 0.01], dtype=np.float32)
+    step.last_losses = np.array([0.2, 0.0, 0.4], dtype=np.float32)
+    step.mistakes = np.zeros(3, dtype=np.float32)
+    return model
+
+
+def test_mistake_signal_leaves_alpha_exactly_as_it_is_when_no_depth_erred() -> None:
+    model = _hedging("mistakes")
+    before = model.update_step.alpha
+    # Eq. 20 on all-zero mistakes would still floor and renormalise α ...
+    assert not np.allclose(hedge_update(before, model.update_step.mistakes, 0.99, 0.1), before)
+    model.update_step.hedge()
+    # ... which the signal skips: α stays, to the bit.
+    assert model.update_step.alpha is before
+    assert np.array_equal(before, np.array([0.98, 0.01, 0.01], dtype=np.float32))
+
+
+def test_mistake_signal_discounts_the_depths_that_erred() -> None:
+    model = _hedging("mistakes")
+    model.update_step.mistakes = np.array([0.0, 1.0, 0.0], dtype=np.float32)
+    model.update_step.hedge()
+    # Linear branch (L_min = 0): [0.98, 0.01 · 0.99, 0.01], floored at 1/30: [0.98, 1/30, 1/30].
+    floor = 0.1 / 3
+    total = 0.98 + 2 * floor
+    assert model.alpha.tolist() == pytest.approx([0.98 / total, floor / total, floor / total])
+
+
+def test_loss_signal_hedges_on_the_last_losses() -> None:
+    model = _hedging("loss")
+    model.update_step.hedge()
+    # Linear branch (L_min = 0): α · (1 − 0.01 · L) = [0.98 · 0.998, 0.01, 0.01 · 0.996], the
+    # last two floored at 1/30, then renormalised.
+    floor = 0.1 / 3
+    total = 0.98 * 0.998 + 2 * floor
+    expected = [0.98 * 0.998 / total, floor / total, floor / total]
+    assert model.alpha.tolist() == pytest.approx(expected, abs=1e-6)

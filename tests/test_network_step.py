@@ -128,9 +128,10 @@ def test_micro_batch_step_is_batch_mean() -> None:
 
 def _on_torch_path(model: OAHU) -> OAHU:
     """The same learner, stepping with torch tensors as it does on a GPU, here on the CPU."""
-    model._on_host = False
-    model._alpha = torch.from_numpy(model._alpha.copy())
-    model._last_losses = torch.from_numpy(model._last_losses.copy())
+    step = model.update_step
+    step.on_host = False
+    step.alpha = torch.from_numpy(step.alpha.copy())
+    step.last_losses = torch.from_numpy(step.last_losses.copy())
     return model
 
 

@@ -155,7 +155,8 @@ def test_non_finite_loss_never_reaches_the_weights(kind, triplets) -> None:
     assert all(torch.isfinite(v).all() for v in model.network.tensors().values())
     assert np.isfinite(model.alpha).all()
     # ... nor the memories that later updates learn from.
-    assert np.isfinite(model._replay.rows).all() and np.isfinite(model._graph.rows).all()
+    memories = model.update_step.replay, model.update_step.graph
+    assert all(np.isfinite(memory.rows).all() for memory in memories)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -169,7 +170,7 @@ def test_embeddings_are_unit_vectors_per_depth(kind, triplets) -> None:
 
 
 def test_config_errors_name_the_field() -> None:
-    with pytest.raises(ValueError, match="learning_rate: must be > 0, got -1"):
+    with pytest.raises(ValueError, match="learning_rate: must be a number > 0, got -1"):
         OAHU(4, learning_rate=-1)
     with pytest.raises(ValueError, match="batch_size"):
         OAHU(4, batch_size=0)
@@ -291,7 +292,8 @@ def test_a_floor_above_the_decay_changes_nothing_until_it_is_reached(triplets) -
 
 @pytest.mark.parametrize("floor", [-0.1, 1.5, "0.5"])
 def test_a_floor_outside_0_1_is_refused(floor) -> None:
-    with pytest.raises(ValueError, match=r"lr_floor: must be a number in \[0, 1\], got"):
+    # A number outside [0, 1] names the interval; a string is not a number at all.
+    with pytest.raises(ValueError, match=r"lr_floor: must be a number( in \[0, 1\])?, got"):
         OAHU(4, lr_floor=floor)
 
 
@@ -299,11 +301,11 @@ def test_replay_and_mining_remember_the_stream_within_their_bounds(triplets) -> 
     model = small(replay_memory=16, item_memory=32)
     for _ in range(3):
         learn(model, triplets)
-    assert model._replay.size == 16 and model._replay.seen == 120
-    assert model._graph.size == 32  # 120 distinct items offered, 32 held
+    assert model.update_step.replay.size == 16 and model.update_step.replay.seen == 120
+    assert model.update_step.graph.size == 32  # 120 distinct items offered, 32 held
     quiet = small(replay=0, mined=0)
     learn(quiet, triplets)
-    assert quiet._replay.size == 0 and quiet._graph.size == 0
+    assert quiet.update_step.replay.size == 0 and quiet.update_step.graph.size == 0
 
 
 def test_replay_and_mining_change_what_is_learned(triplets) -> None:

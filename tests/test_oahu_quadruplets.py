@@ -96,7 +96,8 @@ def test_checkpoint_keeps_the_quadruplet_replay_and_continues_exactly() -> None:
     for model in (whole, first):  # triplets feed the graph: mined triplets join quadruplet steps
         model.learn_triplets(t[:, 0], t[:, 1], t[:, 2])
         learn(model, q[:12])
-    assert first._replay_quadruplets is not None and first._replay_quadruplets.size == 12
+    reservoir = first.update_step.replay_quadruplets
+    assert reservoir is not None and reservoir.size == 12
     resumed = learner_from_bytes(learner_to_bytes(first))[0]
     learn(whole, q[12:])
     learn(resumed, q[12:])
@@ -112,16 +113,17 @@ def test_a_triplet_only_learner_holds_no_quadruplet_reservoir() -> None:
     model = tiny(None)
     t = np.random.default_rng(5).random((4, 3, D), dtype=np.float32)
     model.learn_triplets(t[:, 0], t[:, 1], t[:, 2])
-    assert model._replay_quadruplets is None
+    assert model.update_step.replay_quadruplets is None
     assert model.get_state()["model"]["replay_quadruplets"] is None
 
 
 @pytest.mark.parametrize("preset", ["paper", None])
 def test_torch_path_equals_numpy_path_on_quadruplets(preset: str | None) -> None:
     host, device_like = tiny(preset), tiny(preset)
-    device_like._on_host = False
-    device_like._alpha = torch.from_numpy(device_like._alpha.copy())
-    device_like._last_losses = torch.from_numpy(device_like._last_losses.copy())
+    step = device_like.update_step
+    step.on_host = False
+    step.alpha = torch.from_numpy(step.alpha.copy())
+    step.last_losses = torch.from_numpy(step.last_losses.copy())
     q = quadruplets(12)
     assert learn(host, q).tolist() == learn(device_like, q).tolist()
     for name, value in host.network.tensors().items():

@@ -137,7 +137,7 @@ def test_a_held_back_triplet_enters_neither_replay_nor_graph() -> None:
     model.learn_triplets(t[:, 0], t[:, 1], t[:, 2])
     held = int(model.diagnostics()["self_paced_held_back"])
     assert held > 0
-    assert model._replay.seen == 30 - held
+    assert model.update_step.replay.seen == 30 - held
 
 
 def test_self_paced_oahu_continues_exactly_after_a_checkpoint() -> None:

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 from oahu.checks import check_bool, check_choice, check_int, check_number
 from oahu.drift import DETECTORS
+from oahu.learners.oahu.hedge import HEDGE_SIGNALS
+from oahu.learners.oahu.loss import LOSSES
 from oahu.preprocessing import parse_preprocess
 
 Init = Literal["kaiming", "orthogonal"]
@@ -45,7 +47,7 @@ class OAHUConfig:
     >>> OAHUConfig(tau=0.9)
     Traceback (most recent call last):
     ...
-    ValueError: tau: must be in (0, 2/3) (Section 3.5), got 0.9
+    ValueError: tau: must be a number in (0, 0.666667), got 0.9
     """
 
     n_hidden_layers: int = 1  # L
@@ -172,8 +174,8 @@ class OAHUConfig:
             check_number(getattr(self, field), field, low, high, closed)
         for field, choices in (
             ("drift_detector", ("none", *DETECTORS)),
-            ("loss", ("margin", "abtl")),
-            ("hedge_signal", ("mistakes", "loss")),
+            ("loss", tuple(LOSSES)),
+            ("hedge_signal", tuple(HEDGE_SIGNALS)),
             ("depth_weighting", ("uniform", "alpha")),
             ("init", ("kaiming", "orthogonal")),
             ("head0_init", ("identity", "random", "pca")),

@@ -1,16 +1,28 @@
-"""The hedge update of the metric weights α (Eq. 20 and the smoothing of Algorithm 1).
+"""The hedge over depths: the update of the metric weights α (Eq. 20 and the smoothing of
+Algorithm 1), and the signals that drive it.
 
-α is not a trainable parameter: it is updated after the parameter step from the losses each
-depth suffered on the constraint (Algorithm 1; docs/algorithms.md, "One update").
+α is not a trainable parameter: after the parameter step, each depth is discounted by a signal
+in [0, 1] of how it did on the new constraints (docs/algorithms.md, "One update"). Two signals,
+each a :class:`HedgeSignal` (a new signal is a new small class, named in
+:data:`HEDGE_SIGNALS`):
+
+* :class:`LossSignal`, the paper's: each depth's training loss on them (Algorithm 1, Eq. 20);
+* :class:`MistakeSignal` (ours): each depth's share of them it ranked wrongly before the update,
+  from the prequential record (:mod:`oahu.learners.oahu.prequential`). A depth is discounted for
+  the mistakes it makes on constraints it has not yet learned, rather than for a training loss
+  that every depth can drive down.
 """
 
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 
 import torch
 
-from oahu.learners.oahu.arrays import namespace
+from oahu.learners.oahu.arrays import Array, namespace
+
+__all__ = ["HEDGE_SIGNALS", "HedgeSignal", "LossSignal", "MistakeSignal", "hedge_update"]
 
 
 def hedge_update(
@@ -20,11 +32,11 @@ def hedge_update(
 
     Eq. 20: if β^{L_min}·ln(L_min) > β − 1 then α ← α·β^{L}, else α ← α·(1 − (1 − β)L), with
     L_min = min_l L(l) (ln 0 = −∞, so L_min = 0 takes the second branch). Then the floor
-    α ← max(α, s/(L+1)) and renormalisation to Σα = 1.
+    α ← max(α, s/(L+1)) and renormalisation to Σα = 1. ``losses`` is the signal: the training
+    losses (the paper) or the prequential mistakes (ours).
 
     Works on torch tensors or numpy arrays (:func:`oahu.learners.oahu.arrays.namespace`); on a
-    device it runs
-    without a host synchronisation (the branch is a ``where``).
+    device it runs without a host synchronisation (the branch is a ``where``).
 
     >>> a = hedge_update(torch.full((2,), 0.5), torch.tensor([0.0, 1.0]), beta=0.5, smoothing=0.1)
     >>> [round(v, 4) for v in a.tolist()]
@@ -43,3 +55,60 @@ def hedge_update(
         min=smoothing / n_depths
     )
     return updated / updated.sum()
+
+
+class HedgeSignal(ABC):
+    """What the hedge (Eq. 20) discounts each depth by, chosen from what an update measured.
+
+    Called with each depth's mean loss on the update's new constraints and each depth's share of
+    them it ranked wrongly before the update (both (L+1,), float32, where the step's arithmetic
+    runs), it returns the signal (L+1,) in [0, 1], or None to leave α as it is.
+
+    >>> import numpy as np
+    >>> class Worst(HedgeSignal):  # discount only the depth that lost most
+    ...     def __call__(self, losses, mistakes):
+    ...         return (losses == losses.max()).astype(losses.dtype)
+    >>> Worst()(np.array([0.1, 0.4], np.float32), np.zeros(2, np.float32)).tolist()
+    [0.0, 1.0]
+    """
+
+    @abstractmethod
+    def __call__(self, losses: Array, mistakes: Array) -> Array | None: ...
+
+
+class LossSignal(HedgeSignal):
+    """The paper's signal: each depth's training loss, the batch mean over the new constraints
+    (Algorithm 1, Eq. 20).
+
+    >>> LossSignal()(torch.tensor([0.25, 0.5]), torch.tensor([0.0, 1.0])).tolist()
+    [0.25, 0.5]
+    """
+
+    def __call__(self, losses: Array, mistakes: Array) -> Array | None:
+        return losses
+
+    def __repr__(self) -> str:
+        return "LossSignal()"
+
+
+class MistakeSignal(HedgeSignal):
+    """Each depth's share of the new constraints it ranked wrongly before the update (ours).
+
+    When no depth erred there is nothing to discount: every factor of Eq. 20 would be 1, and α
+    is left exactly as it is instead of being floored and renormalised again.
+
+    >>> MistakeSignal()(torch.tensor([0.25, 0.5]), torch.tensor([0.0, 1.0])).tolist()
+    [0.0, 1.0]
+    >>> MistakeSignal()(torch.tensor([0.25, 0.5]), torch.tensor([0.0, 0.0])) is None
+    True
+    """
+
+    def __call__(self, losses: Array, mistakes: Array) -> Array | None:
+        return mistakes if bool(mistakes.any()) else None
+
+    def __repr__(self) -> str:
+        return "MistakeSignal()"
+
+
+# OAHUConfig's ``hedge_signal`` names one of these.
+HEDGE_SIGNALS: dict[str, type[HedgeSignal]] = {"mistakes": MistakeSignal, "loss": LossSignal}
