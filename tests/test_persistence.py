@@ -66,7 +66,8 @@ def test_a_first_release_lego_checkpoint_loads(tmp_path):
     np.testing.assert_array_equal(restored.metric_matrix, lego.metric_matrix)
 
 
-# OAHUConfig's fields before oahu's own default learner (issue 8), in three eras of checkpoints:
+# OAHUConfig's fields before oahu's own default learner existed, when every OAHU was the paper's
+# algorithm, in three eras of checkpoints:
 # the first release's whole config, then with preprocessing, then with a PCA-initialised E0.
 _FIRST = ("n_hidden_layers", "hidden_width", "embedding_dim", "beta", "smoothing")
 _FIRST += ("learning_rate", "tau", "batch_size", "init", "head0_init_scale", "seed", "device")
@@ -78,8 +79,8 @@ OLD_FIELDS = {
 
 
 def paper_era_oahu(fields: tuple[str, ...]) -> tuple[OAHU, np.ndarray]:
-    """A small OAHU as the paper's algorithm was before issue 8 (with the old defaults of the
-    fields its era lacked), trained a little, and the rest of its triplet stream."""
+    """A small OAHU as the paper's algorithm was before oahu's default learner existed (with the
+    old defaults of the fields its era lacked), trained a little, and the rest of its stream."""
     params = {"hidden_width": 8, "embedding_dim": 4, "device": "cpu"}
     if "head0_init" in fields:  # the 'tuned' preset's kind of E0 and input
         params.update(head0_init="pca", head0_components=2, preprocess="center")
@@ -96,9 +97,9 @@ def paper_era_oahu(fields: tuple[str, ...]) -> tuple[OAHU, np.ndarray]:
 @pytest.mark.parametrize("era", list(OLD_FIELDS))
 @pytest.mark.parametrize("preset", ["absent", None, "tuned"])
 def test_a_checkpoint_of_the_paper_era_loads_as_the_paper_algorithm(tmp_path, era, preset):
-    """Until issue 8 every OAHU ran the paper's algorithm, and its params were its whole config
-    of the time (first without a preset, then with None or 'tuned', a preset since removed):
-    the fields it predates take the paper's values, not the new defaults."""
+    """Before oahu's default learner, every OAHU ran the paper's algorithm, and its params were
+    its whole config of the time (first without a preset, then with None or 'tuned', a preset
+    since removed): the fields it predates take the paper's values, not the new defaults."""
     model, rest = paper_era_oahu(OLD_FIELDS[era])
     state = model.get_state()
     state["params"] = {name: getattr(model.config, name) for name in OLD_FIELDS[era]}
@@ -174,3 +175,14 @@ def test_a_queries_only_state_embeds_the_same_and_refuses_to_learn_or_be_saved()
     again, _ = learner_from_bytes(learner_to_bytes(served, queries_only=True))
     np.testing.assert_array_equal(again.embed(x[:7]), learner.embed(x[:7]))
     assert not learner_from_bytes(full)[0].queries_only
+
+
+def test_the_migration_of_old_params_belongs_to_the_learner_class() -> None:
+    """Persistence rebuilds every learner through its class's migrate_params: the identity for
+    a learner whose parameters never changed meaning, OAHU's own for checkpoints of the paper's
+    algorithm."""
+    from oahu.registry import learner_class
+
+    old = {"hidden_width": 8, "learning_rate": 0.3}
+    assert learner_class("lego").migrate_params(old) == old
+    assert learner_class("oahu").migrate_params(old) == {**old, "preset": "paper"}
