@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
+from fastapi.responses import JSONResponse
 from fastapi.testclient import TestClient
 from service_support import (
     assert_same_model,
@@ -23,6 +27,7 @@ from oahu.learners.oahu.config import OAHUConfig
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.serving.app import Service
+from oahu.service.serving.stalls import STALL_SECONDS
 from oahu.streams.stream_file import ConstraintStream
 
 N = 400
@@ -246,3 +251,65 @@ def test_health_readiness_and_metrics(running):
     )
     assert client.get("/docs").status_code == 200
     assert "/v1/classify" in client.get("/openapi.json").json()["paths"]
+
+
+def test_the_embed_answer_is_the_json_of_its_values(running, stream_file: Path) -> None:
+    """Written in slices off the event loop, the answer is byte for byte the JSONResponse of
+    the values it holds, as it was when the loop wrote it in one piece."""
+    service, client = running
+    stream = ConstraintStream.load(stream_file)
+    x = stream.X[stream.test_idx[:3]]
+    body = {"items": [{"x": x[0].tolist()}, {"id": str(stream.test_idx[1])}, {"x": x[2].tolist()}]}
+    response = client.post("/v1/embed", json=body)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    snap = service.publisher.current
+    assert response.json()["model"] == snap.meta()
+    emb = snap.learner.embed(x, role="query")
+    expected = JSONResponse(
+        {
+            "embeddings": emb.transpose(1, 0, 2).tolist(),
+            "alpha": snap.alpha.tolist(),
+            "metric": snap.learner.metric,
+            "model": snap.meta(),
+        }
+    )
+    assert response.content == expected.body
+
+
+def test_a_large_embed_answer_leaves_the_event_loop_responsive(stream_file: Path, tmp_path):
+    """4,096 items at every depth take ~200 ms to write as JSON; written on the event loop, that
+    was one beat of the loop ~200 ms late (``oahu_event_loop_lag_seconds``), and every other
+    request waited. Off the loop, no beat is late by the service's own stall threshold."""
+    service = start_file_service(stream_file, tmp_path, N, max_batch_items=4096)
+    body = {"items": [{"id": str(i % N)} for i in range(4096)]}
+    lag = "oahu_event_loop_lag_seconds"
+
+    def late_beats() -> float:
+        get = service.metrics.registry.get_sample_value
+        return get(f"{lag}_count") - get(f"{lag}_bucket", {"le": str(STALL_SECONDS)})
+
+    async def embed_while_beating() -> tuple[httpx.Response, list[float]]:
+        service.stalls.attach_loop(asyncio.get_running_loop())
+        transport = httpx.ASGITransport(app=service.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://oahu") as client:
+            await client.post("/v1/embed", json=body)  # the first query warms the model up
+            big = asyncio.create_task(client.post("/v1/embed", json=body))
+            health: list[float] = []
+            while not big.done():
+                started = time.perf_counter()
+                assert (await client.get("/healthz")).status_code == 200
+                health.append(time.perf_counter() - started)
+                await asyncio.sleep(0.005)
+            return await big, health
+
+    try:
+        before = late_beats()
+        response, health = asyncio.run(embed_while_beating())
+        assert response.status_code == 200
+        assert len(response.json()["embeddings"]) == 4096
+        assert len(response.content) > 5_000_000  # large indeed: ~10 MB of JSON
+        assert late_beats() == before
+        assert len(health) > 3 and max(health) < STALL_SECONDS
+    finally:
+        service.shutdown()

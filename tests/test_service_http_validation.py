@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import jsonschema_rs
 import numpy as np
 import pytest
 import schemathesis
@@ -124,7 +125,8 @@ BAD_IDS = [
     (2**63, "must fit in int64"),
     (INT64_MIN - 1, "must fit in int64"),
     (None, "not null"),
-    (1.0, "not a number"),
+    (1.5, "not a number with a fraction"),
+    (1e19, "must fit in int64"),  # a whole number, as 2.0 is, but beyond int64
     ([1], "not an array"),
     ("a\x00", "control characters"),
     ("tab\there", "control characters"),
@@ -203,7 +205,13 @@ def test_long_ids_and_large_requests_are_bounded(running: Any) -> None:
     assert service.publisher.error is None
 
 
+def whole(value: Any) -> Any:
+    """JSON's 2.0 is the integer 2."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def valid_id(value: Any) -> bool:
+    value = whole(value)
     if isinstance(value, bool):
         return False
     if isinstance(value, int):
@@ -231,8 +239,8 @@ def test_arbitrary_ids_are_stored_and_found_or_refused(running: Any, item_id: An
     service, client = running
     if valid_id(item_id):  # the stream's items (ids "0" to "1796") stay for the other tests
         assume(
-            str(item_id) not in service.catalog.items
-            and str(item_id) not in service.catalog.gallery
+            str(whole(item_id)) not in service.catalog.items
+            and str(whole(item_id)) not in service.catalog.gallery
         )
     body = {"items": [{"id": item_id, "x": x(0.75), "label": 4}], "gallery": False}
     added = client.post("/v1/items", json=body, headers=AUTH)
@@ -242,7 +250,7 @@ def test_arbitrary_ids_are_stored_and_found_or_refused(running: Any, item_id: An
         assert locs(query) == [["body", "items", 0, "id"]]
         return
     assert added.status_code == 200, added.text
-    key = str(item_id)
+    key = str(whole(item_id))
     assert key in service.catalog.items
     np.testing.assert_array_equal(service.catalog.items.get([key])[0], np.float32(0.75))
     embed = client.post("/v1/embed", json={"items": [{"id": item_id}, {"x": x(0.75)}]})
@@ -263,7 +271,8 @@ def test_arbitrary_ids_are_stored_and_found_or_refused(running: Any, item_id: An
         (2**63, "less than 9223372036854775808"),
         (INT64_MIN - 1, "greater than -9223372036854775808"),
         (INT64_MIN, "greater than -9223372036854775808"),  # it stores "no label"
-        (1e30, "valid integer"),
+        (1e30, "less than 9223372036854775808"),  # whole, so an integer, but too large
+        (2.5, "valid integer"),
         (True, "valid integer"),
         ("3", "valid integer"),
     ],
@@ -272,6 +281,8 @@ def test_labels_are_int64(client: TestClient, label: Any, msg: str) -> None:
     body = {"items": [{"id": "lab", "x": x(), "label": label}]}
     [error] = errors(client.post("/v1/items", json=body, headers=AUTH))
     assert error["loc"] == ["body", "items", 0, "label"] and msg in error["msg"]
+    if isinstance(label, float) and label.is_integer():
+        label = int(label)  # JSON's 1e30 is the integer 10^30
     if isinstance(label, int) and not INT64_MIN <= label <= INT64_MAX:
         assert error["input"] == f"an integer of {label.bit_length()} bits"
     else:
@@ -283,7 +294,8 @@ def test_extreme_labels_are_stored_and_returned(running: Any) -> None:
     for label in (INT64_MAX, INT64_MIN + 1):
         body = {"items": [{"id": f"label-{label}", "x": x(0.1), "label": label}]}
         assert client.post("/v1/items", json=body, headers=AUTH).status_code == 200
-        assert service.catalog.gallery.labels([f"label-{label}"]).tolist() == [label]
+        ids, _, labels = service.catalog.gallery.snapshot()
+        assert labels[ids.index(f"label-{label}")] == label
 
 
 PAIR = '{"pairs": [{"left": {"id": "0"}, "right": {"id": "1"}}], '
@@ -301,7 +313,7 @@ PAIR = '{"pairs": [{"left": {"id": "0"}, "right": {"id": "1"}}], '
         ('{"items": [{"x": [1e39' + ",0" * 63 + "]}]}", ["body", "items", 0, "x", 0], 1e39),
         ('{"items": [{"x": [false' + ",0" * 63 + "]}]}", ["body", "items", 0, "x", 0], False),
         ('{"items": [{"x": [0' + ",0" * 63 + "]}], \"k\": true}", ["body", "k"], True),
-        ('{"items": [{"x": [0' + ",0" * 63 + "]}], \"k\": 2.0}", ["body", "k"], 2.0),
+        ('{"items": [{"x": [0' + ",0" * 63 + "]}], \"k\": 2.5}", ["body", "k"], 2.5),
     ],
 )  # fmt: skip
 def test_numbers_are_finite_and_strict(client: TestClient, raw: str, loc: list, shown: Any):
@@ -505,10 +517,141 @@ def test_the_schema_states_the_limits_and_the_answers(client: TestClient) -> Non
     assert ref["properties"]["x"]["minItems"] == ref["properties"]["x"]["maxItems"] == D
     ids = ref["properties"]["id"]["anyOf"]
     assert ids[0]["maxLength"] == MAX_ID_LENGTH
-    assert (ids[1]["minimum"], ids[1]["exclusiveMaximum"]) == (-(2**63), 2**63)
     assert components["AddItems"]["properties"]["items"]["maxItems"] == MAX_ITEMS
+    assert ids[1] == {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX}
     label = components["NewItem"]["properties"]["label"]["anyOf"][0]
-    assert (label["exclusiveMinimum"], label["exclusiveMaximum"]) == (-(2**63), 2**63)
+    assert label == {"type": "integer", "minimum": INT64_MIN + 1, "maximum": INT64_MAX}
+    seed = components["SuggestQuery"]["properties"]["seed"]["anyOf"][0]
+    assert seed == {"type": "integer", "minimum": 0, "maximum": INT64_MAX}
+    k = components["NeighbourQuery"]["properties"]["k"]["anyOf"][0]
+    assert k == {"type": "integer", "minimum": 1, "maximum": 1000}
+    # every bound of an integer is exact: an int, never a float that rounds 2^63 - 1 to 2^63
+    text = client.get("/openapi.json").text
+    assert "e+18" not in text and "9223372036854775807" in text
+
+
+# ---------------------------------------------------------------------- schema and server agree
+def schema_accepts(client: TestClient, component: str, body: Any) -> bool:
+    """Whether ``body`` is valid by the app's own OpenAPI schema of ``component``."""
+    components = client.get("/openapi.json").json()["components"]
+    schema = {"$ref": f"#/components/schemas/{component}", "components": components}
+    return jsonschema_rs.Draft202012Validator(schema).is_valid(body)
+
+
+def new_item(item_id: Any = "agree", label: Any = 1) -> dict[str, Any]:
+    return {"id": item_id, "x": x(0.3), "label": label}
+
+
+@pytest.mark.parametrize(
+    ("item", "valid"),
+    [
+        (new_item(INT64_MAX), True),
+        (new_item(INT64_MAX + 1), False),
+        (new_item(INT64_MIN), True),
+        (new_item(INT64_MIN - 1), False),
+        (new_item(label=INT64_MAX), True),
+        (new_item(label=INT64_MAX + 1), False),
+        (new_item(label=INT64_MIN + 1), True),
+        (new_item(label=INT64_MIN), False),  # it stores "no label"
+    ],
+)
+def test_int64_limits_are_the_same_in_the_schema_and_the_server(
+    client: TestClient, item: dict[str, Any], valid: bool
+) -> None:
+    """Found by schemathesis: the schema held int64's limits as floats (2^63 - 1 rounds to
+    2^63), so tools generated ids, labels and seeds of 2^63 as valid and the server refused
+    them."""
+    body = {"items": [item]}
+    assert schema_accepts(client, "AddItems", body) is valid
+    response = client.post("/v1/items", json=body, headers=AUTH)
+    assert response.status_code == (200 if valid else 422), response.text
+
+
+@pytest.mark.parametrize(
+    ("seed", "valid"), [(INT64_MAX, True), (INT64_MAX + 1, False), (-1, False)]
+)
+def test_seed_limits_are_the_same_in_the_schema_and_the_server(
+    client: TestClient, seed: int, valid: bool
+) -> None:
+    body = {"pool": "gallery", "batch": 1, "seed": seed, "strategy": "random"}
+    assert schema_accepts(client, "SuggestQuery", body) is valid
+    response = client.post("/v1/suggest", json=body, headers=AUTH)
+    assert response.status_code == (200 if valid else 422), response.text
+    if valid:
+        assert response.json()["seed"] == seed
+
+
+def test_whole_numbers_written_as_floats_are_integers(client: TestClient) -> None:
+    """Found by schemathesis: JSON Schema's ``integer`` admits -2222.0, which the server
+    refused as an id. JSON has one kind of number: -2222.0 is the id -2222 (and "-2222")."""
+    body = {"items": [new_item(-2222.0, label=4.0)]}
+    assert schema_accepts(client, "AddItems", body)
+    assert client.post("/v1/items", json=body, headers=AUTH).status_code == 200
+    inline = client.post("/v1/embed", json={"items": [{"x": x(0.3)}]}).json()["embeddings"]
+    for ref in (-2222, "-2222", -2222.0):
+        found = client.post("/v1/embed", json={"items": [{"id": ref}]})
+        assert found.status_code == 200 and found.json()["embeddings"] == inline, ref
+    classified = client.post("/v1/classify", json={"items": [{"id": -2222}], "k": 3.0})
+    assert classified.status_code == 200
+    fraction = {"items": [new_item(-2222.5)]}
+    assert not schema_accepts(client, "AddItems", fraction)
+    [error] = errors(client.post("/v1/items", json=fraction, headers=AUTH))
+    assert error["loc"] == ["body", "items", 0, "id"]
+    gone = client.request("DELETE", "/v1/items", json={"ids": [-2222.0]}, headers=AUTH)
+    assert gone.json()["removed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("extra", "item", "valid"),
+    [
+        ({}, {"label": None}, False),  # the gallery is the default
+        ({}, {}, False),
+        ({"gallery": True}, {"label": None}, False),
+        ({"gallery": False}, {"label": None}, True),
+        ({"gallery": False}, {}, True),
+        ({"gallery": True}, {"label": 2}, True),
+    ],
+)
+def test_gallery_items_need_a_label_in_the_schema_too(
+    client: TestClient, extra: dict[str, Any], item: dict[str, Any], valid: bool
+) -> None:
+    """Found by schemathesis: ``label: null`` with ``gallery: true`` was valid by the schema."""
+    body = {"items": [{"id": "labelled?", "x": x(0.7), **item}], **extra}
+    assert schema_accepts(client, "AddItems", body) is valid
+    response = client.post("/v1/items", json=body, headers=AUTH)
+    if valid:
+        assert response.status_code == 200, response.text
+    else:
+        [error] = errors(response)
+        assert error["loc"] == ["body", "items", 0, "label"]
+        assert error["msg"] == "gallery items need a label"
+
+
+def test_a_405_lists_every_method_of_the_path(client: TestClient) -> None:
+    for method in ("OPTIONS", "GET", "PUT", "PATCH"):
+        response = client.request(method, "/v1/items")
+        assert response.status_code == 405, method
+        assert response.headers["allow"] == "DELETE, POST", method
+        assert response.json() == {"detail": "Method Not Allowed"}
+    response = client.request("DELETE", "/v1/model")
+    assert response.status_code == 405 and response.headers["allow"] == "GET"
+    response = client.request("OPTIONS", "/v1/embed")
+    assert response.status_code == 405 and response.headers["allow"] == "POST"
+
+
+@schemathesis.check
+def valid_by_the_schema_passes_validation(ctx: Any, response: Any, case: Any) -> bool | None:
+    """A request valid by the schema may be refused (422) only for what the service's state
+    decides (unknown ids, features the model cannot embed, a pool too small) or JSON Schema
+    cannot say (17 and "17" are one id), never by the request models: that would be the schema
+    admitting what the server refuses."""
+    if response.status_code != 422:
+        return None
+    for error in response.json()["detail"]:
+        by_the_handler = error["type"] == "value_error" and not error["msg"].startswith("Value")
+        same_id = error["type"] == "pool" and "in the pool twice" in error["msg"]
+        assert by_the_handler or same_id, f"valid by the schema, refused: {error}"
+    return None
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
@@ -525,6 +668,8 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(client, m
     ]
     if mode == GenerationMode.NEGATIVE:
         checks.append(negative_data_rejection)
+    else:
+        checks.append(valid_by_the_schema_passes_validation)
     statuses: set[int] = set()
 
     @settings(

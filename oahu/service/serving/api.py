@@ -5,7 +5,12 @@ item store (then the gallery). Malformed input is answered 4xx naming the offend
 FastAPI's validation format (``{"detail": [{"loc": ["body", "items", 3, "x"], "msg": ...}]}``),
 never 5xx; what a body may hold is defined once, in :mod:`oahu.service.serving.inputs`. Request
 bodies larger than ``max_request_bytes`` get 413; write endpoints require the bearer token when
-one is configured.
+one is configured. A method a path does not accept gets 405 with ``Allow`` listing every method
+it does.
+
+Answers are JSON built in the handler, except ``/v1/embed``'s: thousands of items at every depth
+take ~200 ms to write as JSON, which is written in a worker thread, a slice of items at a time,
+so that the event loop keeps answering other requests meanwhile (:func:`embed_json`).
 """
 
 import asyncio
@@ -26,15 +31,25 @@ from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from prometheus_client import CONTENT_TYPE_LATEST
 from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match, Route
 
 from oahu.connectors.constraint import MISSING_LABEL, DecodeError
+from oahu.learner import MetricKind
 from oahu.service.catalog import Catalog
 from oahu.service.config import ServiceConfig
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
-from oahu.service.serving.inputs import INT64_MAX, SuggestQuery, json_safe, request_models
+from oahu.service.serving.inputs import (
+    INT64_MAX,
+    SuggestQuery,
+    exact_integer_bounds,
+    json_safe,
+    request_models,
+)
 from oahu.service.serving.queries import NotFinite, NotReady, QueryEngine
-from oahu.service.serving.snapshot import SnapshotPublisher
+from oahu.service.serving.snapshot import Snapshot, SnapshotPublisher
 from oahu.service.serving.suggest import Busy, PoolError, Suggester, SuggestRequest
 from oahu.service.serving.suggestion_sink import suggestion_messages
 
@@ -118,6 +133,9 @@ def create_app(view: ServiceView) -> FastAPI:
     )
     app.router.route_class = FastJSONRoute  # for the routes declared below
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(405, _method_not_allowed)
+    openapi = app.openapi
+    app.openapi = lambda: exact_integer_bounds(openapi())  # type: ignore[method-assign]
     config = view.config
     app.add_middleware(BodySizeLimit, max_bytes=config.max_request_bytes)
     app.add_middleware(RequestMetrics, metrics=view.metrics)
@@ -130,11 +148,19 @@ def create_app(view: ServiceView) -> FastAPI:
 
     def features(items: list[Any], loc: str, side: tuple[str, ...] = ()) -> np.ndarray:
         out = np.empty((len(items), view.n_features), dtype=np.float32)
+        by_id = []
         for i, item in enumerate(items):
             if item.x is not None:
                 out[i] = item.x  # finite and within float32's range: ``Feature``
             else:
-                out[i] = _lookup(view.catalog, item.id, (loc, i, *side, "id"))
+                by_id.append(i)
+        if by_id:
+            x, found = view.catalog.lookup([items[i].id for i in by_id])
+            if not found.all() or x.shape[1] != view.n_features:
+                i = by_id[int(np.argmin(found))]
+                what = "unknown item id" if not found.all() else "the model does not read item"
+                raise invalid((loc, i, *side, "id"), f"{what} {items[i].id!r}")
+            out[by_id] = x
         return out
 
     async def answer(op: str, x: np.ndarray, param: Any, loc: str = "items") -> tuple[Any, Any]:
@@ -152,16 +178,9 @@ def create_app(view: ServiceView) -> FastAPI:
     @app.post(
         "/v1/embed", summary="Embeddings of items at every depth, with the hedge weights", **queries
     )
-    async def embed(body: models.ItemsQuery) -> JSONResponse:
+    async def embed(body: models.ItemsQuery) -> Response:
         emb, snap = await answer("embed", features(body.items, "items"), None)
-        return JSONResponse(
-            {
-                "embeddings": emb.transpose(1, 0, 2).tolist(),  # (items, depths, dim)
-                "alpha": snap.alpha.tolist(),
-                "metric": snap.learner.metric,
-                "model": snap.meta(),
-            }
-        )
+        return Response(await run_in_threadpool(embed_json, emb, snap), media_type=JSON)
 
     @app.post("/v1/classify", summary="kNN classification over all depths (Eq. 23-25)", **queries)
     async def classify(body: models.NeighbourQuery) -> JSONResponse:
@@ -399,14 +418,53 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=422)
 
 
-def _lookup(catalog: Catalog, item_id: str, loc: tuple[Any, ...]) -> np.ndarray:
-    for store in (catalog.items, catalog.gallery):
-        if item_id in store:
-            try:
-                return store.get([item_id])[0]
-            except DecodeError:  # removed meanwhile
-                break
-    raise invalid(loc, f"unknown item id {item_id!r}")
+async def _method_not_allowed(request: Request, exc: Exception) -> JSONResponse:
+    """405 whose ``Allow`` lists every method the path accepts: Starlette's names only those of
+    the first route of the path it tried (``POST`` for ``/v1/items``, not ``DELETE``)."""
+    assert isinstance(exc, StarletteHTTPException)
+    allowed: set[str] = set()
+    for route in request.app.routes:
+        if isinstance(route, Route) and route.methods:
+            if route.matches(request.scope)[0] != Match.NONE:
+                allowed |= route.methods
+    headers = {"Allow": ", ".join(sorted(allowed))} if allowed else exc.headers
+    return JSONResponse({"detail": exc.detail}, status_code=405, headers=headers)
+
+
+JSON = "application/json"
+# Values of /v1/embed's answer written as JSON per call: one call holds the GIL throughout, so
+# the event loop waits at most that long (~4 ms), not for the whole answer.
+EMBED_JSON_VALUES = 16_384
+
+
+def _dumps(value: Any) -> bytes:
+    """``value`` as JSONResponse writes it: compact, UTF-8, no NaN."""
+    return json.dumps(
+        value, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode("utf-8")
+
+
+def embed_json(emb: np.ndarray, snap: Snapshot) -> bytes:
+    """The body of ``/v1/embed``'s answer for the embeddings ``emb`` (n_depths, n_items, dim):
+    the bytes ``JSONResponse`` makes of ``{"embeddings": (items, depths, dim) lists, "alpha",
+    "metric", "model"}``, written ``EMBED_JSON_VALUES`` values at a time.
+
+    >>> from types import SimpleNamespace
+    >>> snap = SimpleNamespace(alpha=np.array([1.0]), learner=SimpleNamespace(metric="l2"),
+    ...                        meta=lambda: {"snapshot": 1, "updates": 0})
+    >>> embed_json(np.arange(4, dtype=np.float32).reshape(1, 2, 2), snap)
+    b'{"embeddings":[[[0.0,1.0]],[[2.0,3.0]]],"alpha":[1.0],"metric":"l2","model":{"snapshot":1,"updates":0}}'
+    """
+    metric: MetricKind = snap.learner.metric
+    per_item = emb.transpose(1, 0, 2)
+    step = max(1, EMBED_JSON_VALUES // max(1, per_item[0].size if len(per_item) else 1))
+    # each slice's list without its brackets: the items of that slice, joined by commas
+    items = [
+        _dumps(per_item[start : start + step].tolist())[1:-1]
+        for start in range(0, len(per_item), step)
+    ]
+    rest = _dumps({"alpha": snap.alpha.tolist(), "metric": metric, "model": snap.meta()})
+    return b'{"embeddings":[' + b",".join(items) + b"]," + rest[1:]
 
 
 def _label(value: Any) -> int | None:

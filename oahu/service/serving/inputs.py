@@ -6,11 +6,16 @@ from them, so every endpoint refuses the same inputs the same way, with a 422 na
   string the item store keys it by (``17`` and ``"17"`` are one item).
 - Numbers are strict: booleans and strings are not numbers, and every float is finite
   (:data:`FiniteFloat`); a feature (:data:`Feature`) also fits float32, what the model reads.
+- An integer (an id, a label, ``k``, ``batch``, ``seed``) may be written ``17`` or ``17.0``:
+  JSON has one kind of number and JSON Schema's ``integer`` admits both, so a client that writes
+  ``17.0`` follows the schema; ``17.5`` is refused.
 - A label (:data:`Label`) is an int64 other than ``-2^63``, which stores "no label".
 
 Request bodies depend on the served model (features per item) and on ``--max-batch-items``, so
 :func:`request_models` makes them per app: the OpenAPI schema then states the exact limits the
 server applies (``minItems``/``maxItems``), and the schema and the server agree on what is valid.
+FastAPI's OpenAPI models hold numeric bounds as floats, where int64's limits round to ±2^63:
+:func:`exact_integer_bounds` writes them back as the integers the server applies.
 :class:`SuggestQuery` (``POST /v1/suggest``) depends on neither and is defined once.
 """
 
@@ -22,6 +27,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainValidator,
@@ -39,20 +45,41 @@ from oahu.connectors.constraint import INT64_MAX, INT64_MIN, MISSING_LABEL
 MAX_ID_LENGTH = 256  # characters of a string id
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_KINDS = {bool: "a boolean", type(None): "null", float: "a number", list: "an array"}
+_KINDS = {
+    bool: "a boolean",
+    type(None): "null",
+    float: "a number with a fraction",
+    list: "an array",
+}
+
+
+def whole(value: Any) -> Any:
+    """``value`` as an int when it is a float with no fraction (JSON's ``17.0`` is ``17``);
+    anything else unchanged, for the validator that follows to accept or refuse.
+
+    >>> whole(-2222.0), whole(2.5), whole(True), whole(float("inf"))
+    (-2222, 2.5, True, inf)
+    """
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+Whole = BeforeValidator(whole)
 
 
 def item_id(value: Any) -> str:
     """The store key of an id given through the API (see the module docstring); raises a
     pydantic error (422) otherwise.
 
-    >>> item_id(17), item_id("a b"), item_id(-(2**63))
-    ('17', 'a b', '-9223372036854775808')
+    >>> item_id(17), item_id(17.0), item_id("a b"), item_id(-(2**63))
+    ('17', '17', 'a b', '-9223372036854775808')
     >>> item_id(True)  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     pydantic_core._pydantic_core.PydanticCustomError: an item id is ... not a boolean
     """
+    value = whole(value)
     if isinstance(value, bool) or not isinstance(value, str | int):
         kind = _KINDS.get(type(value), type(value).__name__)
         raise PydanticCustomError(
@@ -96,9 +123,9 @@ ItemId = Annotated[
 ]
 FiniteFloat = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Feature = Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-FLOAT32_MAX, le=FLOAT32_MAX)]
-# Bounds are written as ±2^63 (exclusive where needed): OpenAPI's models store them as floats,
-# and 2^63 - 1 as a float is 2^63.
-Label = Annotated[int, Field(strict=True, gt=MISSING_LABEL, lt=INT64_MAX + 1)]
+# The int64 limits are written as ±2^63 (exclusive above): FastAPI's OpenAPI models hold bounds as
+# floats, which are exact at ±2^63 but round 2^63 - 1 up to 2^63.
+Label = Annotated[int, Field(strict=True, gt=MISSING_LABEL, lt=INT64_MAX + 1), Whole]
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -118,6 +145,53 @@ def _one_of_id_or_x(schema: dict[str, Any]) -> None:
     schema["oneOf"] = [{"required": ["id"]}, {"required": ["x"]}]
     for name in ("id", "x"):
         schema["properties"][name].pop("default", None)
+
+
+def _labels_for_the_gallery(schema: dict[str, Any]) -> None:
+    """Items added to the gallery (``gallery`` true, its default) need a label: either
+    ``gallery`` is false, or every item has a ``label`` that is not null."""
+    schema["anyOf"] = [
+        {"properties": {"gallery": {"const": False}}, "required": ["gallery"]},
+        {
+            "properties": {
+                "gallery": {"const": True},
+                "items": {
+                    "items": {
+                        "required": ["label"],
+                        "properties": {"label": {"not": {"type": "null"}}},
+                    }
+                },
+            }
+        },
+    ]
+
+
+def exact_integer_bounds(schema: Any) -> Any:
+    """``schema`` (an OpenAPI document, changed in place) with the bounds of every integer
+    schema as inclusive integers: FastAPI's models hold them as floats, where
+    ``exclusiveMaximum`` 2^63 reads 9.223372036854776e18 and tools that subtract 1 in floats
+    generate 2^63, out of int64.
+
+    >>> exact_integer_bounds({"type": "integer", "exclusiveMaximum": 2.0**63, "minimum": 1.0})
+    {'type': 'integer', 'minimum': 1, 'maximum': 9223372036854775807}
+    """
+    if isinstance(schema, list):
+        for value in schema:
+            exact_integer_bounds(value)
+    elif isinstance(schema, dict):
+        if schema.get("type") == "integer":
+            for key, step, bound in (
+                ("exclusiveMinimum", 1, "minimum"),
+                ("exclusiveMaximum", -1, "maximum"),
+            ):
+                if key in schema:
+                    schema[bound] = int(schema.pop(key)) + step
+            for key in ("minimum", "maximum"):
+                if isinstance(schema.get(key), float):
+                    schema[key] = int(schema[key])
+        for value in schema.values():
+            exact_integer_bounds(value)
+    return schema
 
 
 def request_models(n_features: int, max_items: int) -> RequestModels:
@@ -164,7 +238,9 @@ def request_models(n_features: int, max_items: int) -> RequestModels:
         items: list[ItemRef] = batch("items")
 
     class NeighbourQuery(ItemsQuery):
-        k: int | None = Field(None, ge=1, le=1000, description="neighbours per depth")
+        k: Annotated[int, Field(ge=1, le=1000), Whole] | None = Field(
+            None, description="neighbours per depth"
+        )
 
     class Pair(BaseModel):
         model_config = _STRICT
@@ -183,7 +259,7 @@ def request_models(n_features: int, max_items: int) -> RequestModels:
         label: Label | None = Field(None, description="class label (int64, not -2^63)")
 
     class AddItems(BaseModel):
-        model_config = _STRICT
+        model_config = ConfigDict(**_STRICT, json_schema_extra=_labels_for_the_gallery)
         items: list[NewItem] = batch("items")
         gallery: bool = Field(True, description="also add the items to the gallery (needs labels)")
 
@@ -287,8 +363,8 @@ class SuggestQuery(BaseModel):
 
     model_config = _STRICT
     pool: Pool
-    batch: int = Field(
-        ge=1, le=MAX_SUGGEST_BATCH, description=f"questions wanted: 1 to {MAX_SUGGEST_BATCH}"
+    batch: Annotated[int, Field(ge=1, le=MAX_SUGGEST_BATCH), Whole] = Field(
+        description=f"questions wanted: 1 to {MAX_SUGGEST_BATCH}"
     )
     kind: Kind = "triplet"
     strategy: Literal[SUGGEST_STRATEGIES] = Field(  # type: ignore[valid-type]
@@ -296,10 +372,8 @@ class SuggestQuery(BaseModel):
         description="joint-entropy (informative and diverse), uncertainty (most ambiguous "
         "first) or random",
     )
-    seed: int | None = Field(
+    seed: Annotated[int, Field(ge=0, lt=INT64_MAX + 1), Whole] | None = Field(
         None,
-        ge=0,
-        lt=INT64_MAX + 1,
         description="seed of the selection (reported in the answer; drawn at random if absent)",
     )
 
