@@ -122,8 +122,8 @@ def test_oahu_learns_quadruplets_in_stream_order(mixed, tmp_path: Path):
     """OAHU learns triplets and quadruplets (D(a, b) < D(c, d)); its pairs are the dead
     letters now."""
     stream_file, stream, records = mixed
-    if not learner_class("oahu").capabilities.learns("quadruplet"):
-        pytest.skip("OAHU does not declare quadruplets (yet)")
+    # OAHU learns quadruplets: a build that stops declaring them has lost that, and fails here
+    assert learner_class("oahu").capabilities.learns("quadruplet"), "OAHU must learn quadruplets"
     service, letters = run_mixed(tmp_path, "oahu", records, stream_file)
     kinds = [kind for kind, *_ in records]
     assert [d.offset for d in letters] == [i for i, kind in enumerate(kinds) if kind == "pair"]
