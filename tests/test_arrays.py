@@ -1,5 +1,10 @@
 """The numpy/torch array helpers behind the CPU and GPU step."""
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -104,3 +109,32 @@ def test_the_probe_tells_whether_the_two_forms_agree_on_this_cpu(rows) -> None:
             same = np.array_equal((w @ x.T).T, x @ w.T)
             assert same == probed
     assert arrays._AGREES[(rows, 128, 200)] == probed
+
+
+# OpenBLAS picks its kernels by CPU; OPENBLAS_CORETYPE makes it use another CPU's (within what
+# this CPU's instructions allow), so one machine checks the probe against the kernels of several:
+# on the AMD EPYC this was written on, SkylakeX's kernels give the two forms the same bits and
+# Haswell's (also what OpenBLAS runs on Zen) do not, so both of the probe's answers are exercised.
+_KERNEL_CHECK = """
+import numpy as np
+from oahu.learners.oahu import arrays
+from oahu.threads import blas_threads
+rng = np.random.default_rng(5)
+w = rng.standard_normal((128, 200), dtype=np.float32)
+with blas_threads(1):
+    for m in (9, 12, 57, 128):
+        x = rng.standard_normal((m, 200), dtype=np.float32)
+        assert np.array_equal(arrays.times_transposed(x, w), x @ w.T), m
+print(sorted(m for (m, *_), same in arrays._AGREES.items() if same))
+"""
+
+
+@pytest.mark.parametrize("coretype", ["Haswell", "SkylakeX", "Sandybridge"])
+def test_times_transposed_is_the_plain_product_under_other_cpus_kernels(coretype) -> None:
+    env = {**os.environ, "OPENBLAS_CORETYPE": coretype}
+    run = subprocess.run(
+        [sys.executable, "-c", _KERNEL_CHECK], env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr
+    agreeing = json.loads(run.stdout)
+    assert set(agreeing) <= {9, 12, 57, 128}
