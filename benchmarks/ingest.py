@@ -29,7 +29,7 @@ from oahu.connectors.constraint import ConstraintBatch
 from oahu.connectors.kafka_sink import KafkaSink
 from oahu.connectors.kafka_source import KafkaSource
 from oahu.connectors.messages import decode_batch
-from oahu.service.catalog import ItemStore
+from oahu.service.item_store import ItemStore
 from oahu.service.learning.resolve import resolve_batch
 
 KAFKA_SH = Path(__file__).resolve().parents[1] / "scripts" / "kafka" / "kafka.sh"

@@ -28,6 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from oahu.checks import check_int
 from oahu.connectors.messages import encode_constraints
 from oahu.connectors.source import PartitionCallback, SourceRecord
 from oahu.streams.jsonl import CONSTRAINT_FIELDS
@@ -199,8 +200,7 @@ class FileSource:
     def seek(self, offsets: int | Mapping[int, int]) -> None:
         """Continue from ``offsets`` (an int, or ``{0: offset}``)."""
         offset = int(offsets if isinstance(offsets, int) else offsets[0])
-        if offset < 0:
-            raise ValueError(f"offset: must be >= 0, got {offset}")
+        check_int(offset, "offset", minimum=0)
         self.exhausted = False
         if self._lines is None:
             self._position = min(offset, len(self._constraints))

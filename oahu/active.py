@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 
-from oahu.checks import check_int
+from oahu.checks import check_choice, check_int, check_number
 from oahu.learner import Learner
 
 STRATEGIES: tuple[str, ...] = ("joint-entropy", "uncertainty", "random")
@@ -192,8 +192,7 @@ def suggest_from_embeddings(
     """
     points = _check_points(points)
     batch = check_int(batch, "batch")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy: expected one of {STRATEGIES}, got {strategy!r}")
+    check_choice(strategy, "strategy", STRATEGIES)
     anchors = check_int(anchors, "anchors")
     neighbours = check_int(neighbours, "neighbours", minimum=2)
     n_perturb = max(MIN_PERTURBATIONS, batch + 1) if perturbations is None else perturbations
@@ -283,8 +282,7 @@ def dropout_masks(
     >>> sorted(set(m.ravel().tolist())), bool(abs(m.mean() - 1) < 0.05)
     ([0.0, 2.0], True)
     """
-    if not 0.0 <= dropout < 1.0:
-        raise ValueError(f"dropout: must be in [0, 1), got {dropout}")
+    check_number(dropout, "dropout", low=0.0, high=1.0, closed="left")
     keep = rng.random((perturbations, dim)) >= dropout
     return keep / (1.0 - dropout)
 

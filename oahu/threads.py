@@ -1,11 +1,11 @@
 """How many threads the native libraries may use: BLAS during a learning step, and the OpenMP
 pools of torch and faiss per service thread.
 
-Learning steps are a few dozen small matrix operations (OAHU) or memory-bound level-2 BLAS calls
-(the Mahalanobis and bilinear baselines). Spreading those over threads buys nothing, and each
-parallel region's fork/join can wait a whole scheduler quantum (milliseconds) when another
-process holds the other core (benchmarks/README.md, "Training throughput", has the slowdowns
-measured). So a step runs inside :func:`blas_threads`.
+Learning steps are a few hundred small calls on small matrices (OAHU) or memory-bound level-2 BLAS
+calls (the Mahalanobis and bilinear baselines). Spreading those over threads buys nothing, and each
+parallel region's fork/join can wait a whole scheduler quantum (milliseconds) when another process
+holds the other core (benchmarks/README.md, "Training throughput", has the slowdowns measured). So a
+step runs inside :func:`blas_threads`.
 
 OpenMP keeps its thread count per calling thread: ``torch.set_num_threads`` in the main thread
 leaves a worker thread with the default (one per core), and a query thread then runs every small

@@ -42,6 +42,7 @@ import math
 
 import numpy as np
 
+from oahu.checks import check_choice, check_int
 from oahu.streams.closure import PROTOCOL_KINDS
 from oahu.streams.datasets import Dataset, load_dataset
 from oahu.streams.groupings import Grouping, grouping_for
@@ -92,8 +93,7 @@ def drift_mask(
             f"drift_at: the drift must come at a constraint in [0, {n}] (n_constraints), "
             f"got {drift_at!r}"
         )
-    if int(drift_width) < 0:
-        raise ValueError(f"drift_width: must be >= 0, got {drift_width!r}")
+    check_int(drift_width, "drift_width", minimum=0)
     at, width = int(drift_at), int(drift_width)
     i = np.arange(n)
     if width == 0:
@@ -205,10 +205,8 @@ def build_drift_stream(
             f"kind: drifting streams are {' or '.join(PROTOCOL_KINDS)} streams (of the kinds "
             f"{', '.join(KINDS)}), got {kind!r}"
         )
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol: expected one of {PROTOCOLS}, got {protocol!r}")
-    if drift not in DRIFTS:
-        raise ValueError(f"drift: expected one of {DRIFTS}, got {drift!r}")
+    check_choice(protocol, "protocol", PROTOCOLS)
+    check_choice(drift, "drift", DRIFTS)
     if drift == "gradual" and int(drift_width) <= 0:
         raise ValueError(f"drift_width: gradual drift needs a width > 0, got {drift_width!r}")
     if drift != "gradual" and int(drift_width) != 0:

@@ -55,6 +55,7 @@ import numbers
 
 import numpy as np
 
+from oahu.checks import check_choice, check_number
 from oahu.streams.protocol import _rng
 from oahu.streams.stream_file import ConstraintStream
 
@@ -143,10 +144,8 @@ def _check_arguments(
 ) -> tuple[float, int]:
     if not isinstance(stream, ConstraintStream):
         raise TypeError(f"stream: expected a ConstraintStream, got {type(stream).__name__}")
-    if not isinstance(rate, numbers.Real) or isinstance(rate, bool) or not 0 <= float(rate) < 1:
-        raise ValueError(f"rate: must be in [0, 1), got {rate!r}")
-    if model not in NOISE_MODELS:
-        raise ValueError(f"model: expected one of {', '.join(NOISE_MODELS)}, got {model!r}")
+    check_number(rate, "rate", low=0.0, high=1.0, closed="left")
+    check_choice(model, "model", NOISE_MODELS)
     if stream.flipped is not None or "noise" in stream.meta:
         raise ValueError(
             "stream: already has noise (flipped or meta['noise']); add noise to the clean stream"

@@ -131,9 +131,7 @@ def distinct_constraints(labels: np.ndarray, dev_idx: np.ndarray, kind: str) -> 
 
 
 def _check_n(n_constraints: int) -> int:
-    if int(n_constraints) < 0:
-        raise ValueError(f"n_constraints: must be >= 0, got {n_constraints!r}")
-    return int(n_constraints)
+    return check_int(n_constraints, "n_constraints", minimum=0)
 
 
 @dataclass(frozen=True)

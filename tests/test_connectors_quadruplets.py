@@ -30,7 +30,7 @@ from oahu.connectors.messages import (
     encode_json,
 )
 from oahu.constraint_kinds import triplet_as_quadruplet
-from oahu.service.catalog import ItemStore
+from oahu.service.item_store import ItemStore
 from oahu.service.learning.resolve import resolve_batch
 
 ENCODERS = {"json": encode_json, "binary": encode_binary}

@@ -31,7 +31,8 @@ from service_support import make_stream, wait_until
 from service_support import start_service as start_file_service
 
 from oahu.registry import make_learner
-from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
+from oahu.service.catalog import OVERLAY_FILE, Catalog
+from oahu.service.item_store import ItemStore
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving import snapshot as snapshot_module
 from oahu.service.serving.app import Service

@@ -48,9 +48,10 @@ from oahu.connectors.messages import decode, encode_json
 from oahu.connectors.source import SourceRecord
 from oahu.learner import Learner
 from oahu.registry import learner_class, make_learner
-from oahu.service.catalog import Catalog, ItemStore
+from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
+from oahu.service.item_store import ItemStore
 from oahu.service.learning.consumer import ConsumerLoop
 from oahu.service.learning.in_flight import IN_FLIGHT_FILE, InFlight, Recovery, offset_ranges
 from oahu.service.learning.main import build_loop

@@ -18,8 +18,9 @@ from service_support import (
 )
 
 from oahu.connectors.messages import encode_stream
-from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemStore
+from oahu.service.catalog import OVERLAY_FILE, Catalog
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
+from oahu.service.item_store import ItemStore
 from oahu.service.messages import Start
 from oahu.service.serving.process import LearnerProcess
 from oahu.streams.stream_file import ConstraintStream

@@ -151,7 +151,8 @@ def test_the_query_engine_tells_the_watch_when_it_answers(watched, caplog, monke
     logged stack reaches the slow code; the requests are answered all the same."""
     from oahu.persistence import learner_to_bytes
     from oahu.registry import make_learner
-    from oahu.service.catalog import Catalog, ItemStore
+    from oahu.service.catalog import Catalog
+    from oahu.service.item_store import ItemStore
     from oahu.service.serving import queries as queries_module
     from oahu.service.serving.queries import QueryEngine
     from oahu.service.serving.snapshot import SnapshotPublisher

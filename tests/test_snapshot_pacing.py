@@ -14,7 +14,8 @@ from service_support import wait_until
 
 from oahu.learners.oahu.learner import OAHU
 from oahu.persistence import learner_to_bytes
-from oahu.service.catalog import Catalog, ItemStore
+from oahu.service.catalog import Catalog
+from oahu.service.item_store import ItemStore
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving import snapshot as snapshot_module
 from oahu.service.serving.snapshot import (

@@ -160,8 +160,8 @@ def test_drift_mask_abrupt_and_gradual():
     [
         ((10, 11), r"drift_at: the drift must come at a constraint in \[0, 10\]"),
         ((10, -1), r"drift_at: .* got -1"),
-        ((10, 2, -3), "drift_width: must be >= 0, got -3"),
-        ((-1, 0), "n_constraints: must be >= 0"),
+        ((10, 2, -3), "drift_width: must be an integer >= 0, got -3"),
+        ((-1, 0), "n_constraints: must be an integer >= 0"),
     ],
 )
 def test_drift_mask_errors(args, message):
@@ -360,7 +360,7 @@ def test_empty_streams():
     ("kwargs", "message"),
     [
         ({"drift_at": 101}, r"drift_at: the drift must come at a constraint in \[0, 100\]"),
-        ({"drift": "sudden"}, "drift: expected one of .*'abrupt'"),
+        ({"drift": "sudden"}, "drift: must be one of .*'abrupt'"),
         ({"drift": "gradual"}, "drift_width: gradual drift needs a width > 0, got 0"),
         ({"drift_width": 5}, "drift_width: only gradual drift has a width; abrupt drift takes 0"),
         (
@@ -368,7 +368,7 @@ def test_empty_streams():
             "kind: drifting streams are triplet or pair streams .*, got 'quadruplet'",
         ),
         ({"kind": "quintuplet"}, "kind: drifting streams are triplet or pair streams"),
-        ({"protocol": "transitive"}, "protocol: expected one of"),
+        ({"protocol": "transitive"}, "protocol: must be one of"),
     ],
 )
 def test_bad_arguments_name_the_field(kwargs, message):

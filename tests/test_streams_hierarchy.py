@@ -190,7 +190,7 @@ def test_matched_triplet_stream_is_the_papers_stream_with_as_many_item_reference
         ({"fine_share": math.nan}, r"fine_share: must be a number in \[0, 1\], got nan"),
         ({"fine_share": True}, r"fine_share: .* got True"),
         ({"fine_share": "half"}, r"fine_share: .* got 'half'"),
-        ({"n_constraints": -1}, "n_constraints: must be >= 0, got -1"),
+        ({"n_constraints": -1}, "n_constraints: must be an integer >= 0, got -1"),
         ({"hierarchy": "season"}, "grouping: no grouping 'season' of the classes of 'digits'"),
         ({"hierarchy": 3}, "hierarchy: expected a grouping's name or a Grouping, got int"),
     ],

@@ -275,14 +275,14 @@ def test_confusable_noise_on_a_drift_weighs_each_constraint_under_its_concept():
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"rate": 1.5}, ValueError, r"rate: must be in \[0, 1\), got 1.5"),
-        ({"rate": 1}, ValueError, r"rate: must be in \[0, 1\), got 1"),
-        ({"rate": -0.1}, ValueError, r"rate: must be in \[0, 1\), got -0.1"),
-        ({"rate": math.nan}, ValueError, r"rate: must be in \[0, 1\), got nan"),
-        ({"rate": True}, ValueError, r"rate: must be in \[0, 1\), got True"),
-        ({"rate": "0.1"}, ValueError, r"rate: must be in \[0, 1\), got '0.1'"),
+        ({"rate": 1.5}, ValueError, r"rate: must be a number in \[0, 1\), got 1.5"),
+        ({"rate": 1}, ValueError, r"rate: must be a number in \[0, 1\), got 1"),
+        ({"rate": -0.1}, ValueError, r"rate: must be a number in \[0, 1\), got -0.1"),
+        ({"rate": math.nan}, ValueError, r"rate: must be finite, got nan"),
+        ({"rate": True}, ValueError, r"rate: must be a number, got True"),
+        ({"rate": "0.1"}, ValueError, r"rate: must be a number, got '0.1'"),
         ({"model": "gaussian"}, ValueError,
-         "model: expected one of uniform, confusable, got 'gaussian'"),
+         "model: must be one of 'uniform', 'confusable', got 'gaussian'"),
         ({"seed": -1}, ValueError, "seed: expected a non-negative integer, got -1"),
         ({"seed": 1.5}, ValueError, "seed: expected a non-negative integer, got 1.5"),
     ],
@@ -472,10 +472,10 @@ def test_make_stream_without_noise_is_unchanged(tmp_path, capsys):
     ("extra", "message"),
     [
         (["--noise-model", "confusable"], "--noise-model: only with --noise, got confusable"),
-        (["--noise", "1.5"], r"--noise: must be in [0, 1), got 1.5"),
-        (["--noise", "1"], r"--noise: must be in [0, 1), got 1.0"),
-        (["--noise", "-0.2"], r"--noise: must be in [0, 1), got -0.2"),
-        (["--noise", "nan"], r"--noise: must be in [0, 1), got nan"),
+        (["--noise", "1.5"], r"--noise: must be a number in [0, 1), got 1.5"),
+        (["--noise", "1"], r"--noise: must be a number in [0, 1), got 1.0"),
+        (["--noise", "-0.2"], r"--noise: must be a number in [0, 1), got -0.2"),
+        (["--noise", "nan"], r"--noise: must be finite, got nan"),
     ],
 )
 def test_make_stream_noise_errors(tmp_path, capsys, extra, message):

@@ -291,7 +291,7 @@ def test_bad_arguments_name_the_field():
         triplet_stream(y, np.array([0, 9]), 4, seed=0)
     with pytest.raises(ValueError, match="dev_idx: indices must be distinct"):
         triplet_stream(y, np.array([0, 0, 2]), 4, seed=0)
-    with pytest.raises(ValueError, match="n_constraints: must be >= 0"):
+    with pytest.raises(ValueError, match="n_constraints: must be an integer >= 0"):
         triplet_stream(y, np.arange(4), -1, seed=0)
     with pytest.raises(ValueError, match=r"kind: expected 'triplet' or 'pair', got 'pairs'$"):
         closure_stream(y, np.arange(4), 4, seed=0, kind="pairs")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import textwrap
 
+from oahu.checks import check_number
 from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.streams.drift import DRIFTS, build_drift_stream
 from oahu.streams.groupings import DRIFT_GROUPINGS, GROUPINGS, grouping_for
@@ -161,8 +162,8 @@ def _build(args: argparse.Namespace) -> ConstraintStream:
     # Checked before the dataset loads.
     if args.noise is None and args.noise_model is not None:
         raise ValueError(f"--noise-model: only with --noise, got {args.noise_model}")
-    if args.noise is not None and not 0 <= args.noise < 1:
-        raise ValueError(f"--noise: must be in [0, 1), got {args.noise}")
+    if args.noise is not None:
+        check_number(args.noise, "--noise", low=0.0, high=1.0, closed="left")
     stream = _build_clean(args)
     if args.noise is None:
         return stream

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from oahu.checks import check_int, check_number
 from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.drift import COMBINED
 from oahu.experiments.active_loop import INITIAL, ORACLES, ActiveStats, active_learning
@@ -320,12 +321,9 @@ def active_options(args: argparse.Namespace) -> dict[str, Any] | None:
     budget = args.constraints if args.budget is None else args.budget
     batch = DEFAULT_BATCH if args.batch is None else args.batch
     noise = 0.0 if args.oracle_noise is None else args.oracle_noise
-    if budget < 1:
-        raise ValueError(f"--budget: must be a positive number of labels, got {budget}")
-    if batch < 1:
-        raise ValueError(f"--batch: must be a positive number of questions, got {batch}")
-    if not 0.0 <= noise <= 1.0:
-        raise ValueError(f"--oracle-noise: must be in [0, 1], got {noise}")
+    check_int(budget, "--budget")
+    check_int(batch, "--batch")
+    check_number(noise, "--oracle-noise", low=0.0, high=1.0)
     if noise and args.oracle == "random":
         raise ValueError(
             "--oracle-noise: the random oracle replays the protocol as it is; for noisy "

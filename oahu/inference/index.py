@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from oahu.checks import check_int
 from oahu.learner import Learner, MetricKind
 
 INDEX_KINDS: tuple[str, ...] = ("exact", "flat", "ivf")
@@ -72,8 +73,7 @@ class GalleryIndex(ABC):
             raise ValueError(
                 f"queries: expected ({self.n_depths}, n, {self.dim}), got {tuple(q.shape)}"
             )
-        if k < 1:
-            raise ValueError(f"k: must be >= 1, got {k}")
+        check_int(k, "k")
         return q
 
     @abstractmethod

@@ -15,6 +15,7 @@ import math
 import faiss
 import numpy as np
 
+from oahu.checks import check_int
 from oahu.inference.flat import FaissIndex, flat_index
 from oahu.learner import MetricKind
 
@@ -42,8 +43,7 @@ class IVFIndex(FaissIndex):
         nprobe: int = 16,
         seed: int = 0,
     ) -> None:
-        if nprobe < 1:
-            raise ValueError(f"nprobe: must be >= 1, got {nprobe}")
+        check_int(nprobe, "nprobe")
         self.nprobe, self.seed = nprobe, seed
         super().__init__(embeddings, labels, metric, ids)
 

@@ -1,13 +1,12 @@
 """Array arithmetic that runs on numpy or torch alike.
 
-A strict OAHU step is a few dozen operations on matrices of three rows. On the CPU each torch
-operation costs several microseconds of dispatch, which dominates such a step; numpy views of the
-same memory cost about a microsecond each. So on the CPU the step runs on numpy views of the torch
-tensors (the tensors stay the model's storage: checkpoints and serving see every update), and on
-a GPU it stays in torch, on the device. The functions here are the few places where the two
-libraries need different calls; everything else is written with calls both share (``@``,
-``xp.exp``, ``xp.where``, ``.clip(min=...)``, ...).
-"""
+A strict OAHU step is a few hundred small calls (docs/architecture.md counts them) on matrices of a
+dozen rows. On the CPU each torch operation costs several microseconds of dispatch, which dominates
+such a step; numpy views of the same memory cost about a microsecond each. So on the CPU the step
+runs on numpy views of the torch tensors (the tensors stay the model's storage: checkpoints and
+serving see every update), and on a GPU it stays in torch, on the device. The functions here are the
+few places where the two libraries need different calls; everything else is written with calls both
+share (``@``, ``xp.exp``, ``xp.where``, ``.clip(min=...)``, ...)."""
 
 from __future__ import annotations
 

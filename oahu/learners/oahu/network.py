@@ -9,7 +9,8 @@ E0's metric and learns a nonlinear correction of it, instead of starting from a 
 The parameter step is written out by hand rather than through autograd: Eq. 21 (Θ(l) sees only
 its own depth's loss) and Eq. 22 (W(l) receives Σ_{j≥l} α(j)∇L(j)) are exactly what backprop gives,
 and doing it by hand lets each weight be updated in place with one fused GEMM (``addmm_`` or BLAS
-``sgemm``). That keeps a strict (one-triplet) step at a few dozen small operations, whose per-call
+``sgemm``). That keeps the network's part of a strict (one-triplet) step at a few dozen small array
+operations, whose per-call
 overhead is what bounds its speed: on the CPU the step runs on numpy views of the weights, where
 that overhead is smallest (:mod:`oahu.learners.oahu.arrays`). ``tests/test_network_step.py`` checks
 the step

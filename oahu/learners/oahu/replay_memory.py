@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from oahu.checks import check_int
+
 
 class ReplayReservoir:
     """A uniform sample of at most ``capacity`` of the constraints added so far, each kept as
@@ -34,9 +36,7 @@ class ReplayReservoir:
     def __init__(
         self, capacity: int, n_features: int, rng: np.random.Generator, n_roles: int = 3
     ) -> None:
-        if capacity < 1:
-            raise ValueError(f"capacity: must be >= 1, got {capacity}")
-        self.capacity = capacity
+        self.capacity = check_int(capacity, "capacity")
         self.rng = rng
         self.rows = np.zeros((capacity, n_roles, n_features), dtype=np.float32)
         self.size = 0  # constraints held

@@ -24,7 +24,7 @@ learner (:class:`~oahu.learners.oahu.learner.OAHU`) from its configuration and p
 step holds what it changes (α, the last losses, the step-size clock). Each stage is a method, so
 that a subclass can replace one.
 
-The per-depth arithmetic runs on numpy views on the CPU, where its few dozen tiny operations
+The per-depth arithmetic runs on numpy views on the CPU, where its many tiny operations
 cost a third of torch's dispatch, and in torch on a GPU, so that nothing leaves the device
 (:mod:`oahu.learners.oahu.arrays`); float32 throughout.
 """
