@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,8 +26,8 @@ from oahu.inference import classify, make_index
 from oahu.learners.oahu.config import OAHUConfig
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
+from oahu.service.serving import api
 from oahu.service.serving.app import Service
-from oahu.service.serving.stalls import STALL_SECONDS
 from oahu.streams.stream_file import ConstraintStream
 
 N = 400
@@ -277,39 +277,44 @@ def test_the_embed_answer_is_the_json_of_its_values(running, stream_file: Path) 
     assert response.content == expected.body
 
 
-def test_a_large_embed_answer_leaves_the_event_loop_responsive(stream_file: Path, tmp_path):
+def test_a_large_embed_answer_leaves_the_event_loop_responsive(
+    stream_file: Path, tmp_path, monkeypatch
+):
     """4,096 items at every depth take ~200 ms to write as JSON; written on the event loop, that
     was one beat of the loop ~200 ms late (``oahu_event_loop_lag_seconds``), and every other
-    request waited. Off the loop, no beat is late by the service's own stall threshold."""
+    request waited. The answer is now written on another thread while the loop keeps answering.
+
+    Which thread writes it is asserted, not how late the loop's beats were: on a loaded 2-core
+    machine a beat can be late for reasons of its own (another process, a collection)."""
     service = start_file_service(stream_file, tmp_path, N, max_batch_items=4096)
     body = {"items": [{"id": str(i % N)} for i in range(4096)]}
-    lag = "oahu_event_loop_lag_seconds"
+    writers: list[threading.Thread] = []
+    write = api.embed_json
 
-    def late_beats() -> float:
-        get = service.metrics.registry.get_sample_value
-        return get(f"{lag}_count") - get(f"{lag}_bucket", {"le": str(STALL_SECONDS)})
+    def recorded_write(*args):
+        writers.append(threading.current_thread())
+        return write(*args)
 
-    async def embed_while_beating() -> tuple[httpx.Response, list[float]]:
-        service.stalls.attach_loop(asyncio.get_running_loop())
+    monkeypatch.setattr(api, "embed_json", recorded_write)
+
+    async def embed_while_beating() -> tuple[httpx.Response, int, threading.Thread]:
         transport = httpx.ASGITransport(app=service.app)
         async with httpx.AsyncClient(transport=transport, base_url="http://oahu") as client:
             await client.post("/v1/embed", json=body)  # the first query warms the model up
             big = asyncio.create_task(client.post("/v1/embed", json=body))
-            health: list[float] = []
+            answered = 0
             while not big.done():
-                started = time.perf_counter()
                 assert (await client.get("/healthz")).status_code == 200
-                health.append(time.perf_counter() - started)
+                answered += 1
                 await asyncio.sleep(0.005)
-            return await big, health
+            return await big, answered, threading.current_thread()
 
     try:
-        before = late_beats()
-        response, health = asyncio.run(embed_while_beating())
+        response, answered, loop_thread = asyncio.run(embed_while_beating())
         assert response.status_code == 200
         assert len(response.json()["embeddings"]) == 4096
         assert len(response.content) > 5_000_000  # large indeed: ~10 MB of JSON
-        assert late_beats() == before
-        assert len(health) > 3 and max(health) < STALL_SECONDS
+        assert len(writers) == 2 and all(w is not loop_thread for w in writers)
+        assert answered > 3  # the loop answered other requests while the big one was made
     finally:
         service.shutdown()
