@@ -27,17 +27,16 @@ import torch
 from sklearn.metrics import f1_score
 
 from oahu.experiments.stream_replay import replay
-from oahu.inference import classify, make_index
+from oahu.inference import classify, index_gallery
 from oahu.learners.oahu.learner import OAHU
 from oahu.settings import parse_settings
 from oahu.streams.stream_file import build_stream
 
 
 def depth_errors(model: OAHU, stream, queries: np.ndarray) -> dict:
-    gallery = model.embed(stream.X[stream.dev_idx], role="gallery")
     embedded = model.embed(stream.X[stream.test_idx[queries]], role="query")
     labels = stream.y[stream.test_idx[queries]]
-    index = make_index("exact", gallery, stream.y[stream.dev_idx], model.metric)
+    index = index_gallery(model, stream.X[stream.dev_idx], stream.y[stream.dev_idx]).index
     weights = [("combined", model.alpha)] + [
         (f"d{l}", np.eye(model.n_depths)[l]) for l in range(model.n_depths)
     ]

@@ -22,7 +22,7 @@ from service_support import (
 from service_support import start_service as start_file_service
 
 from oahu.experiments.evaluation import evaluate
-from oahu.inference import classify, make_index
+from oahu.inference import classify, index_gallery
 from oahu.learners.oahu.config import OAHUConfig
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
@@ -89,9 +89,8 @@ def test_classify_answers_exactly_what_the_replay_evaluation_measures(running, s
     stream = ConstraintStream.load(stream_file)
     reference = train_reference(stream)  # the served model (test_the_served_model_is_...)
     test, dev = stream.test_idx, stream.dev_idx
-    gallery = reference.embed(stream.X[dev], role="gallery")
-    index = make_index("exact", gallery, stream.y[dev], reference.metric)
-    expected = classify(index, reference.embed(stream.X[test]), reference.alpha, k=5)
+    gallery = index_gallery(reference, stream.X[dev], stream.y[dev])
+    expected = classify(gallery.index, reference.embed(stream.X[test]), reference.alpha, k=5)
     served = []
     for start in range(0, len(test), 64):
         body = {"items": [{"id": str(i)} for i in test[start : start + 64]], "k": 5}

@@ -22,7 +22,7 @@ import numpy as np
 from sklearn.metrics import f1_score, roc_auc_score
 
 from oahu.checks import check_int
-from oahu.inference import classify, make_index, recall_at, retrieve, verify
+from oahu.inference import classify, index_gallery, make_index, recall_at, retrieve, verify
 from oahu.learner import Learner
 
 RECALL_KS: tuple[int, ...] = (1, 2, 4, 8)
@@ -99,14 +99,13 @@ def classification_quality(
 ) -> dict[str, Any]:
     """Eq. 23-25 kNN classification of embedded ``queries`` against the gallery, scored:
     ``error``, ``macro_f1``, each depth's own ``depth_error`` and the gallery's ``depth_spread``."""
-    gallery = learner.embed(gallery_x, role="gallery")
-    index = make_index(index_kind, gallery, np.asarray(gallery_y), learner.metric)
-    found = classify(index, queries, learner.alpha, k=k, per_depth=True)
+    gallery = index_gallery(learner, gallery_x, np.asarray(gallery_y), kind=index_kind)
+    found = classify(gallery.index, queries, learner.alpha, k=k, per_depth=True)
     return {
         "error": float(np.mean(found.labels != query_labels)),
         "macro_f1": float(f1_score(query_labels, found.labels, average="macro")),
         "depth_error": [float(np.mean(labels != query_labels)) for labels in found.depth_labels],
-        "depth_spread": embedding_spread(gallery),
+        "depth_spread": embedding_spread(gallery.embeddings),
     }
 
 

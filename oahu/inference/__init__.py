@@ -12,7 +12,13 @@
 array([8])
 """
 
-from oahu.inference.index import INDEX_KINDS, GalleryIndex, index_gallery, make_index
+from oahu.inference.index import (
+    INDEX_KINDS,
+    GalleryIndex,
+    IndexedGallery,
+    index_gallery,
+    make_index,
+)
 from oahu.inference.scoring import (
     Classification,
     Retrieval,
@@ -28,6 +34,7 @@ __all__ = [
     "INDEX_KINDS",
     "Classification",
     "GalleryIndex",
+    "IndexedGallery",
     "Retrieval",
     "Verification",
     "classify",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -118,6 +119,13 @@ def make_index(
     raise ValueError(f"index: must be one of {', '.join(INDEX_KINDS)}, got {kind!r}")
 
 
+class IndexedGallery(NamedTuple):
+    """A gallery embedded by a learner, and the index over those embeddings."""
+
+    embeddings: np.ndarray  # (n_depths, n_items, dim), as the learner embedded them
+    index: GalleryIndex
+
+
 def index_gallery(
     learner: Learner,
     x: np.ndarray,
@@ -126,16 +134,19 @@ def index_gallery(
     kind: str = "exact",
     nprobe: int = 16,
     embed: Callable[[np.ndarray], np.ndarray] | None = None,
-) -> GalleryIndex:
+) -> IndexedGallery:
     """Embed ``x`` with ``learner`` (gallery role) and index it with :func:`make_index`;
     ``embed(x)`` embeds instead when given (the service paces a large gallery's embedding in
-    slices, and keeps the embeddings it gets).
+    slices). The embeddings come back with the index: evaluation reports their spread, and the
+    service's questions are chosen from them.
 
     >>> from oahu.registry import make_learner
     >>> x = np.array([[1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
-    >>> index = index_gallery(make_learner("euclidean", 2), x, labels=np.array([3, 4]))
-    >>> index.n_items, index.search(x[None, :1], k=1)[1].tolist()
+    >>> gallery = index_gallery(make_learner("euclidean", 2), x, labels=np.array([3, 4]))
+    >>> gallery.index.n_items, gallery.index.search(x[None, :1], k=1)[1].tolist()
     (2, [[[0]]])
+    >>> gallery.embeddings.shape
+    (1, 2, 2)
     """
     emb = learner.embed(x, role="gallery") if embed is None else embed(x)
-    return make_index(kind, emb, labels, learner.metric, ids, nprobe)
+    return IndexedGallery(emb, make_index(kind, emb, labels, learner.metric, ids, nprobe))

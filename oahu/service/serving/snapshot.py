@@ -145,19 +145,17 @@ def build_snapshot(
     gallery_version, ids, X, y = gallery or gallery_arrays(catalog)
     id_array = np.empty(len(ids), dtype=object)
     id_array[:] = ids
-    embedded: list[np.ndarray] = []
-
-    def embed(x: np.ndarray) -> np.ndarray:
-        embedded.append(embed_gallery(learner, x, rest))
-        return embedded[0]
-
-    gallery_index = (
-        index_gallery(learner, X, y, id_array, index, nprobe, embed=embed) if ids else None
+    indexed = (
+        index_gallery(
+            learner, X, y, id_array, index, nprobe, embed=lambda x: embed_gallery(learner, x, rest)
+        )
+        if ids
+        else None
     )
     return Snapshot(
         learner,
         learner.alpha,
-        gallery_index,
+        None if indexed is None else indexed.index,
         id_array,
         gallery_version,
         version,
@@ -165,7 +163,7 @@ def build_snapshot(
         time.time(),
         # One more copy of the embedded gallery (the index keeps its own layout): 56 MB for
         # 35,000 items at two depths of 200; a similarity learner's are of no use to suggest.
-        embedded[0] if embedded and learner.metric == "l2" else None,
+        indexed.embeddings if indexed is not None and learner.metric == "l2" else None,
     )
 
 
