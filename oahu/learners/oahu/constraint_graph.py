@@ -111,9 +111,13 @@ class ConstraintGraph:
         self.keys = np.zeros(capacity, dtype=np.int64)
         self.component = np.full(capacity, _NO_COMPONENT, dtype=np.int64)
         self.rows = np.zeros((capacity, n_features), dtype=np.float32)
-        self.embeddings = np.zeros((n_depths, capacity, embedding_dim), dtype=np.float32)
+        # Item-major, (capacity, n_depths, E): mining gathers whole items, one contiguous row each.
+        self.embeddings = np.zeros((capacity, n_depths, embedding_dim), dtype=np.float32)
         self.slot_of: dict[int, int] = {}
         self.members: dict[int, int] = {}  # root -> held items in it
+        # root -> the roots linked to it that have held items, for every root with held items:
+        # the links mining can use, without scanning the links to items no longer held.
+        self.held_links: dict[int, set[int]] = {}
         self.size = 0  # items held
         self.seen = 0  # distinct items offered to the reservoir while not held
         # Scratch flags by component id, all False between uses (see _linked_mask).
@@ -173,13 +177,13 @@ class ConstraintGraph:
         if len(held) <= _WRITE_IN_ORDER:  # a strict step's few rows: sorting costs more
             for slot, i, role in held:
                 self.rows[slot] = triplets[i, role]
-                self.embeddings[:, slot] = embeddings[:, role, i]
+                self.embeddings[slot] = embeddings[:, role, i]
             return
         mentions = np.asarray(held, dtype=np.int64)
         _, from_end = np.unique(mentions[::-1, 0], return_index=True)
         last = mentions[len(mentions) - 1 - from_end]
         self.rows[last[:, 0]] = triplets[last[:, 1], last[:, 2]]
-        self.embeddings[:, last[:, 0]] = embeddings[:, last[:, 2], last[:, 1]]
+        self.embeddings[last[:, 0]] = embeddings[:, last[:, 2], last[:, 1]].swapaxes(0, 1)
 
     def _find(self, component: int) -> int:
         parent = self.parent
@@ -227,6 +231,9 @@ class ConstraintGraph:
             renumber[r]: {renumber[o] for o in linked} for r, linked in self.links.items()
         }
         self.members = {renumber[r]: n for r, n in self.members.items()}
+        self.held_links = {
+            renumber[r]: {renumber[o] for o in linked} for r, linked in self.held_links.items()
+        }
         held = self.component[: self.size]
         held[:] = [renumber[r] for r in held.tolist()]
         self.parent = {}
@@ -247,9 +254,26 @@ class ConstraintGraph:
         root = self._find(self.known[key])
         self.keys[slot] = key
         self.component[slot] = root
+        if root not in self.members:
+            self._start_holding(root)
         self.members[root] = self.members.get(root, 0) + 1
         self.slot_of[key] = slot
         return slot
+
+    def _start_holding(self, root: int) -> None:
+        """``root`` gets its first held item: its links to held roots become usable by mining."""
+        members, held_links = self.members, self.held_links
+        linked = {other for other in self.links.get(root, ()) if other in members}
+        held_links[root] = linked
+        for other in linked:
+            held_links[other].add(root)
+
+    def _stop_holding(self, root: int) -> None:
+        """``root`` has no held item any more."""
+        del self.members[root]
+        held_links = self.held_links
+        for other in held_links.pop(root):
+            held_links[other].discard(root)
 
     def _release(self, slot: int) -> None:
         """Stop holding the item in ``slot`` (it stays known)."""
@@ -258,7 +282,7 @@ class ConstraintGraph:
         self.component[slot] = _NO_COMPONENT
         self.members[root] -= 1
         if not self.members[root]:
-            del self.members[root]
+            self._stop_holding(root)
 
     def _unlink_one(self, component: int, other: int) -> None:
         linked = self.links[component]
@@ -280,7 +304,13 @@ class ConstraintGraph:
         if b in self.members:
             held = self.component[: self.size]
             held[held == b] = a
-            self.members[a] = self.members.get(a, 0) + self.members.pop(b)
+            n_held = self.members[b]
+            self._stop_holding(b)
+            if a not in self.members:
+                self._start_holding(a)
+                self.members[a] = 0
+            self.members[a] += n_held
+        # b's links become a's; _link makes those between held roots usable by mining.
         for other in self.links.pop(b, ()):
             self._unlink_one(other, b)
             self._link(a, other)
@@ -292,43 +322,67 @@ class ConstraintGraph:
             return
         self.links.setdefault(a, set()).add(b)
         self.links.setdefault(b, set()).add(a)
+        if a in self.members and b in self.members:
+            self.held_links[a].add(b)
+            self.held_links[b].add(a)
 
     # ------------------------------------------------------------------ mining
     def mine(self, k: int, alpha: np.ndarray, candidates: int) -> tuple[np.ndarray, np.ndarray]:
         """Up to ``k`` triplets (n, 3, d) mined as the module describes, with their items' slots
-        (n, 3); distances are the α-weighted sums of the depths' squared distances between the
-        cached embeddings. Anchors without a known similar and a known dissimilar item are
-        skipped, so fewer (or none) may come back."""
+        (n, 3), in the order their anchors were drawn; nearness is Σ_l α(l) f(l)·f(l)' between
+        the cached embeddings. Anchors without a known similar and a known dissimilar item are
+        skipped, so fewer (or none) may come back.
+
+        Anchors of one component share its candidates, drawn once, and are ranked against them
+        with one matrix product, so that a step mining hundreds of triplets (a micro-batch's)
+        costs a few products per component rather than a pass of Python per triplet.
+        """
         width = self.rows.shape[1]
         if k < 1 or self.size < 3 or not self.links:
             return np.zeros((0, 3, width), np.float32), np.zeros((0, 3), np.int64)
         held = self.component[: self.size]
-        found = []
-        for anchor in self.rng.integers(0, self.size, size=k).tolist():
-            own = int(held[anchor])
-            linked = self.links.get(own)
-            # Without another held item of its component there is no positive: skip the scan.
-            if not linked or self.members[own] < 2:
-                continue
-            positives = np.flatnonzero(held == own)
-            positives = positives[positives != anchor]
-            if not len(positives):
+        anchors = self.rng.integers(0, self.size, size=k)
+        # Anchors by component, in the order each component's first anchor was drawn (not by
+        # component id: ids are renumbered by a checkpoint, and the draws must not depend on
+        # them).
+        groups: dict[int, list[int]] = {}
+        for position, root in enumerate(held[anchors].tolist()):
+            groups.setdefault(root, []).append(position)
+        weights = np.asarray(alpha, np.float32)[:, None]  # (L, 1): α on the anchors' side
+        members, held_links = self.members, self.held_links
+        drawn, found = [], []
+        for own, positions in groups.items():
+            linked = held_links[own]
+            # Without another held item of its component there is no positive: skip the scans.
+            if not linked or members[own] < 2:
                 continue
             negatives = np.flatnonzero(self._linked_mask(linked, held))
             if not len(negatives):  # its known-dissimilar components are not held now
                 continue
+            positives = np.flatnonzero(held == own)
             if candidates and len(positives) > candidates:
                 positives = positives[self.rng.integers(0, len(positives), size=candidates)]
             if candidates and len(negatives) > candidates:
                 negatives = negatives[self.rng.integers(0, len(negatives), size=candidates)]
-            found.append(
-                (
-                    anchor,
-                    positives[np.argmin(self._distances(anchor, positives, alpha))],
-                    negatives[np.argmin(self._distances(anchor, negatives, alpha))],
-                )
-            )
-        slots = np.asarray(found, dtype=np.int64).reshape(-1, 3)
+            group = np.asarray(positions)
+            group_anchors = anchors[group]
+            queries = (self.embeddings[group_anchors] * weights).reshape(len(group), -1)
+            pool = self.embeddings[np.concatenate([positives, negatives])]
+            nearness = pool.reshape(len(pool), -1) @ queries.T  # (candidates, anchors)
+            near_positive = nearness[: len(positives)]
+            near_positive[positives[:, None] == group_anchors] = -np.inf  # not itself
+            columns = np.arange(len(group))
+            best = near_positive.argmax(0)
+            has_positive = near_positive[best, columns] > -np.inf
+            if not has_positive.any():
+                continue
+            nearest_negative = negatives[nearness[len(positives) :].argmax(0)]
+            triplets = np.stack([group_anchors, positives[best], nearest_negative], axis=1)
+            drawn.append(group[has_positive])
+            found.append(triplets[has_positive])
+        if not found:
+            return np.zeros((0, 3, width), np.float32), np.zeros((0, 3), np.int64)
+        slots = np.concatenate(found)[np.argsort(np.concatenate(drawn))]
         return self.rows[slots], slots
 
     def _linked_mask(self, linked: set[int], held: np.ndarray) -> np.ndarray:
@@ -342,15 +396,9 @@ class ConstraintGraph:
         self._flags[ids] = False
         return mask
 
-    def _distances(self, anchor: int, others: np.ndarray, alpha: np.ndarray) -> np.ndarray:
-        """Σ_l α(l) D(l)² up to a constant: the embeddings have unit norm, so D(l)² =
-        2 − 2 f(l)·f(l)' and ranking by −Σ_l α(l) f(l)·f(l)' is ranking by distance."""
-        cached = self.embeddings
-        return -(alpha @ np.einsum("lne,le->ln", cached[:, others], cached[:, anchor]))
-
     def refresh(self, slots: np.ndarray, embeddings: np.ndarray) -> None:
         """Cache newer embeddings (n_depths, n, E) of held items ``slots`` (n,)."""
-        self.embeddings[:, slots] = embeddings
+        self.embeddings[slots] = embeddings.swapaxes(0, 1)
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> dict[str, Any]:
@@ -362,7 +410,7 @@ class ConstraintGraph:
             "links": torch.tensor(sorted(pairs), dtype=torch.int64).reshape(-1, 2),
             "keys": torch.from_numpy(self.keys[:n].copy()),
             "rows": torch.from_numpy(self.rows[:n].copy()),
-            "embeddings": torch.from_numpy(self.embeddings[:, :n].copy()),
+            "embeddings": torch.from_numpy(self.embeddings[:n].swapaxes(0, 1).copy()),
             "counters": [self.seen, self.contradictions],
         }
 
@@ -381,14 +429,17 @@ class ConstraintGraph:
             self.count[root] = self.count.get(root, 0) + 1
         self.next_component = max(roots, default=-1) + 1
         self.links = {}
+        self.members, self.held_links = {}, {}  # rebuilt below, once the links are in
         for a, b in state["links"].tolist():
             self._link(a, b)
         self.size = n
         self.keys[:n] = state["keys"].numpy()
         self.rows[:n] = state["rows"].numpy()
-        self.embeddings[:, :n] = state["embeddings"].numpy()
+        self.embeddings[:n] = state["embeddings"].numpy().swapaxes(0, 1)
         self.slot_of = {int(key): slot for slot, key in enumerate(self.keys[:n].tolist())}
         self.component[:n] = [self.known[key] for key in self.keys[:n].tolist()]
         ids, counts = np.unique(self.component[:n], return_counts=True)
-        self.members = dict(zip(ids.tolist(), counts.tolist(), strict=True))
+        for root, n_held in zip(ids.tolist(), counts.tolist(), strict=True):
+            self._start_holding(root)
+            self.members[root] = n_held
         self.seen, self.contradictions = (int(v) for v in state["counters"])
