@@ -109,9 +109,9 @@ class _Watch:
         self.min_rise = min_rise
         self.detector = make_detector(detector)
         self.outcomes: list[bool] = []
-        # (mistake rate before, constraint index, mistakes since, outcomes since) while a
-        # detection waits for its confirmation
-        self.pending: tuple[float, int, int, int] | None = None
+        # (mistake rate before, constraint index, mistakes since, outcomes since, first index
+        # that counts) while a detection waits for its confirmation
+        self.pending: tuple[float, int, int, int, int] | None = None
         # (mistake rate before, constraint index) of the latest unconfirmed detection
         self.reference: tuple[float, int] | None = None
 
@@ -121,11 +121,14 @@ class _Watch:
         for outcome in outcomes:  # detections while rebuilding are history, not news
             self.detector.update(outcome)
 
-    def feed(self, mistakes: Sequence[bool], first: int) -> list[tuple[int, int, float, float]]:
-        """Feed the outcomes of constraints ``first``, ``first + 1``, ...; ``(index,
-        suspected_at, before, after)`` of each drift they confirm."""
+    def feed(
+        self, mistakes: Sequence[bool], first: int, ends: Sequence[int]
+    ) -> list[tuple[int, int, float, float]]:
+        """Feed the outcomes of constraints ``first``, ``first + 1``, ..., each with the end
+        (exclusive) of the update that ranked it, ``ends``; ``(index, suspected_at, before,
+        after)`` of each drift they confirm."""
         found = []
-        for index, mistake in enumerate(mistakes, first):
+        for (index, mistake), end in zip(enumerate(mistakes, first), ends, strict=True):
             self.outcomes.append(mistake)
             self.detector.update(mistake)
             # The common case, nothing pending, detected or to trim, costs only these tests.
@@ -135,19 +138,26 @@ class _Watch:
                 and len(self.outcomes) < self.limit
             ):
                 continue
-            rise = self._settle(mistake, index)
+            rise = self._settle(mistake, index, end)
             if rise is not None:
                 found.append((index, *rise))
         return found
 
-    def _settle(self, mistake: bool, index: int) -> tuple[int, float, float] | None:
-        """After outcome ``index`` was fed: count it towards a pending confirmation, start one
-        on a detection, trim the kept outcomes; ``(suspected_at, before, after)`` when it
-        confirms a drift."""
+    def _settle(self, mistake: bool, index: int, end: int) -> tuple[int, float, float] | None:
+        """After outcome ``index`` (of the update ending before ``end``) was fed: count it
+        towards a pending confirmation, start one on a detection, trim the kept outcomes;
+        ``(suspected_at, before, after)`` when it confirms a drift.
+
+        A confirmation counts the outcomes of later updates only: the rest of the detecting
+        update was ranked by the same model, so a burst of hard constraints there says nothing
+        of whether the model fails to learn them (in strict mode the next constraint is the
+        next update)."""
         if self.pending is not None:
-            before, since, errors, count = self.pending
+            before, since, errors, count, counts_from = self.pending
+            if index < counts_from:
+                return None
             errors, count = errors + mistake, count + 1
-            self.pending = (before, since, errors, count)
+            self.pending = (before, since, errors, count, counts_from)
             if count == self.confirm:
                 self.pending = None
                 if errors / count - before >= self.min_rise:
@@ -161,7 +171,7 @@ class _Watch:
             if self.reference is not None and index - self.reference[1] <= CARRY:
                 before = min(before, self.reference[0])
             if latest and float(np.mean(recent)) > before:  # a fall is no drift to adapt to
-                self.pending = (before, index, 0, 0)
+                self.pending = (before, index, 0, 0, end)
             # The next change is measured against what follows this one.
             self.restart([])
             return None
@@ -181,8 +191,10 @@ class _Watch:
         pending = state["pending"]
         self.pending = None
         if pending is not None:
-            before, since, errors, count = pending
-            self.pending = (float(before), int(since), int(errors), int(count))
+            # Monitors saved before updates were told apart counted from the next constraint.
+            before, since, errors, count, *counts_from = pending
+            start = int(counts_from[0]) if counts_from else int(since) + 1
+            self.pending = (float(before), int(since), int(errors), int(count), start)
         reference = state.get("reference")
         self.reference = None if reference is None else (float(reference[0]), int(reference[1]))
 
@@ -241,13 +253,18 @@ class DriftMonitor:
         self.feed = int(feed)
         self.seen = 0  # outcomes taken per signal
         self._waiting: list[list[bool]] = []  # taken, not yet fed (fewer than `feed`)
+        self._waiting_ends: list[int] = []  # the end of the update that ranked each
         self.events: list[DriftEvent] = []
         self.counts = dict.fromkeys(self.signals, 0)
 
-    def update(self, mistakes: np.ndarray | Sequence[Sequence[bool]]) -> list[DriftEvent]:
+    def update(
+        self, mistakes: np.ndarray | Sequence[Sequence[bool]], ranked_together: bool = False
+    ) -> list[DriftEvent]:
         """Take outcomes in stream order: ``mistakes`` (n, n_signals) bool, an array or rows,
-        True where the signal ranked the constraint wrongly. They reach the detectors in blocks
-        of ``feed``; returns the drifts the blocks fed now confirm, in order."""
+        True where the signal ranked the constraint wrongly; ``ranked_together``: all of them
+        were ranked by one model (one micro-batch update) rather than each by the model that
+        learned the ones before it. They reach the detectors in blocks of ``feed``; returns the
+        drifts the blocks fed now confirm, in order."""
         if isinstance(mistakes, np.ndarray):
             if mistakes.ndim != 2 or mistakes.shape[1] != len(self.signals):
                 raise ValueError(
@@ -262,7 +279,11 @@ class DriftMonitor:
                     f"{sorted({len(row) for row in rows})}"
                 )
         self._waiting.extend(rows)
-        self.seen += len(rows)
+        first, self.seen = self.seen, self.seen + len(rows)
+        if ranked_together:
+            self._waiting_ends.extend([self.seen] * len(rows))
+        else:
+            self._waiting_ends.extend(range(first + 1, self.seen + 1))
         if len(self._waiting) < self.feed:
             return []
         return self._feed_waiting()
@@ -270,13 +291,14 @@ class DriftMonitor:
     def _feed_waiting(self) -> list[DriftEvent]:
         first = self.seen - len(self._waiting)
         columns = list(zip(*self._waiting, strict=True))
-        self._waiting = []
+        ends = self._waiting_ends
+        self._waiting, self._waiting_ends = [], []
         found = [
             (index, position, DriftEvent(index, suspected, signal, before, after))
             for position, (signal, watch, column) in enumerate(
                 zip(self.signals, self._watches, columns, strict=True)
             )
-            for index, suspected, before, after in watch.feed(column, first)
+            for index, suspected, before, after in watch.feed(column, first, ends)
         ]
         if not found:
             return []
@@ -297,6 +319,7 @@ class DriftMonitor:
             },
             "seen": self.seen,
             "waiting": torch.tensor(self._waiting, dtype=torch.bool).reshape(-1, len(self.signals)),
+            "waiting_ends": list(self._waiting_ends),
             "events": [e.to_dict() for e in self.events],
             "counts": dict(self.counts),
         }
@@ -311,5 +334,10 @@ class DriftMonitor:
             watch.set_state(state["watches"][signal])
         self.seen = int(state["seen"])
         self._waiting = [[bool(v) for v in row] for row in state["waiting"].tolist()]
+        first = self.seen - len(self._waiting)
+        # Monitors saved before updates were told apart: each outcome its own update.
+        self._waiting_ends = [
+            int(e) for e in state.get("waiting_ends", range(first + 1, self.seen + 1))
+        ]
         self.events = [DriftEvent(**e) for e in state["events"]]
         self.counts = {s: int(state["counts"].get(s, 0)) for s in self.signals}

@@ -209,12 +209,15 @@ class Learner(ABC):
         depths = [f"depth:{depth}" for depth in range(self.n_depths)] if self.n_depths > 1 else []
         self.drift = DriftMonitor(detector, [COMBINED, *depths])
 
-    def _observe_mistakes(self, mistakes: np.ndarray) -> list[DriftEvent]:
+    def _observe_mistakes(
+        self, mistakes: np.ndarray, ranked_together: bool = False
+    ) -> list[DriftEvent]:
         """Feed prequential outcomes (n, n_signals), True where a signal ranked a constraint
-        wrongly before learning it; return the drifts of the combined metric they complete."""
+        wrongly before learning it (``ranked_together``: all by one model, a micro-batch's);
+        return the drifts of the combined metric they complete."""
         if self.drift is None:
             return []
-        return [e for e in self.drift.update(mistakes) if e.signal == COMBINED]
+        return [e for e in self.drift.update(mistakes, ranked_together) if e.signal == COMBINED]
 
     @property
     def drift_events(self) -> list[DriftEvent]:

@@ -48,6 +48,26 @@ def test_a_burst_of_mistakes_that_passes_is_not_a_drift(detector):
     assert [3000 <= e.suspected_at < 3060 for e in fired] == expected
 
 
+def test_a_burst_within_one_update_is_confirmed_only_by_the_updates_after_it():
+    """A micro-batch's constraints are all ranked by the model before it: a burst of hard ones
+    there (1,024 at 60% mistakes) is judged by how the model ranks what comes after it learned
+    them, not by the rest of the burst."""
+    before, burst = bernoulli([(0.05, 3000)]), bernoulli([(0.6, 1024)], 1)
+
+    def events(ranked_together: bool, after_rate: float) -> list[int]:
+        monitor = DriftMonitor("adwin", [COMBINED])
+        monitor.update(before[:, None])
+        found = monitor.update(burst[:, None], ranked_together=ranked_together)
+        for outcome in bernoulli([(after_rate, 2048)], 2):  # strict updates after it
+            found += monitor.update([[outcome]])
+        return [e.constraint for e in found]
+
+    assert events(ranked_together=True, after_rate=0.05) == []  # learned: a burst, no drift
+    assert len(events(ranked_together=False, after_rate=0.05)) == 1  # as strict outcomes
+    confirmed = events(ranked_together=True, after_rate=0.6)  # the rise stays: a drift
+    assert len(confirmed) == 1 and 4024 <= confirmed[0] < 4024 + CONFIRM + drift.FEED
+
+
 def ramp(seed: int) -> np.ndarray:
     """5% mistakes, rising linearly to 35% over 4,000 constraints (a gradual drift), then 35%."""
     rate = np.concatenate([np.full(3000, 0.05), np.linspace(0.05, 0.35, 4000), np.full(1000, 0.35)])

@@ -321,7 +321,7 @@ class OAHU(Learner):
         outcomes = (
             np.concatenate([combined[:, None], correct], axis=1) if self.n_depths > 1 else correct
         )
-        if self._observe_mistakes(~outcomes) and self._adaptation:
+        if self._observe_mistakes(~outcomes, ranked_together=True) and self._adaptation:
             self._adapt_to_drift()
 
     def _step_threads(self) -> AbstractContextManager[Any]:
