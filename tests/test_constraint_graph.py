@@ -185,3 +185,28 @@ def test_the_links_mining_uses_are_the_links_between_held_components(
     restored = ConstraintGraph(capacity, 1, 1, 2, np.random.default_rng(3), knowledge=knowledge)
     restored.set_state(g.get_state())
     assert restored.held_links == _held_links_as_derived(restored) == g.held_links
+
+
+def test_a_strict_step_takes_triplets_mined_ahead_and_drops_those_whose_items_left() -> None:
+    g = graph(capacity=64, seed=1)
+    rng = np.random.default_rng(6)
+    for _ in range(40):
+        observe(g, tuple(rng.integers(0, 30, size=3).astype(float)))
+    rows, slots = g.take(2, np.ones(1), 8)
+    assert len(slots) == 2 and np.array_equal(rows, g.rows[slots])
+    # One draw of MINE_AHEAD anchors served this take; the rest wait, and the next takes draw
+    # nothing from the generator until they run out.
+    waiting = len(g.waiting)
+    assert waiting >= 2
+    state = g.rng.bit_generator.state
+    _, second = g.take(2, np.ones(1), 8)
+    assert g.rng.bit_generator.state == state and len(g.waiting) == waiting - 2
+    # A waiting triplet whose item's slot now holds another item is not learned.
+    g.waiting_keys[0, 1] += 1  # as if its positive's slot had been given to another item
+    _, third = g.take(1, np.ones(1), 8)
+    assert len(third) == 0
+    # Waiting triplets survive a checkpoint.
+    restored = graph(capacity=64, seed=1)
+    restored.set_state(g.get_state())
+    assert np.array_equal(restored.waiting, g.waiting)
+    assert np.array_equal(restored.waiting_keys, g.waiting_keys)

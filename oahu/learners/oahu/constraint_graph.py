@@ -30,6 +30,11 @@ import numpy as np
 import torch
 
 _NO_COMPONENT = -1
+# Anchors drawn at once when an update takes fewer mined triplets (a strict step takes two): most
+# of mining's cost is per component scanned, and one draw of MINE_AHEAD anchors scans each
+# component once for all of them. The triplets not taken yet wait, ranked by embeddings at most
+# a few updates older than a triplet mined on the spot would be.
+MINE_AHEAD = 32
 # Up to this many held mentions per block are written one by one, in stream order.
 _WRITE_IN_ORDER = 12
 
@@ -122,6 +127,9 @@ class ConstraintGraph:
         self.seen = 0  # distinct items offered to the reservoir while not held
         # Scratch flags by component id, all False between uses (see _linked_mask).
         self._flags = np.zeros(1024, dtype=bool)
+        # Mined triplets not taken yet: their slots and the keys of the items in them then.
+        self.waiting = np.zeros((0, 3), np.int64)
+        self.waiting_keys = np.zeros((0, 3), np.int64)
 
     # ------------------------------------------------------------------ knowledge
     @property
@@ -385,6 +393,20 @@ class ConstraintGraph:
         slots = np.concatenate(found)[np.argsort(np.concatenate(drawn))]
         return self.rows[slots], slots
 
+    def take(self, k: int, alpha: np.ndarray, candidates: int) -> tuple[np.ndarray, np.ndarray]:
+        """``k`` mined triplets (n, 3, d) and their slots (n, 3), fewer when the graph does not
+        reveal enough: the oldest waiting ones first, after mining at least ``MINE_AHEAD``
+        anchors when too few wait. A waiting triplet whose slots changed hands since it was
+        mined is dropped."""
+        if len(self.waiting) < k:
+            _, slots = self.mine(max(k - len(self.waiting), MINE_AHEAD), alpha, candidates)
+            self.waiting = np.concatenate([self.waiting, slots])
+            self.waiting_keys = np.concatenate([self.waiting_keys, self.keys[slots]])
+        slots, keys = self.waiting[:k], self.waiting_keys[:k]
+        self.waiting, self.waiting_keys = self.waiting[k:], self.waiting_keys[k:]
+        slots = slots[(self.keys[slots] == keys).all(1)]
+        return self.rows[slots], slots
+
     def _linked_mask(self, linked: set[int], held: np.ndarray) -> np.ndarray:
         """Which held items are in a component of ``linked``: O(len(linked) + size), where
         ``np.isin`` would sort."""
@@ -412,6 +434,7 @@ class ConstraintGraph:
             "rows": torch.from_numpy(self.rows[:n].copy()),
             "embeddings": torch.from_numpy(self.embeddings[:n].swapaxes(0, 1).copy()),
             "counters": [self.seen, self.contradictions],
+            "waiting": torch.from_numpy(np.stack([self.waiting, self.waiting_keys], 1)),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -443,3 +466,6 @@ class ConstraintGraph:
             self._start_holding(root)
             self.members[root] = n_held
         self.seen, self.contradictions = (int(v) for v in state["counters"])
+        # Graphs saved before mining ahead have none waiting.
+        waiting = state.get("waiting", torch.zeros((0, 2, 3), dtype=torch.int64)).numpy()
+        self.waiting, self.waiting_keys = waiting[:, 0].copy(), waiting[:, 1].copy()

@@ -201,7 +201,7 @@ class UpdateStep:
         if self.config.mined:
             # Mining ranks candidates with α as float32 on the CPU, float64 from a device.
             alpha = self.alpha if self.on_host else np.asarray(self.alpha.cpu(), np.float64)
-            mined, slots = self.graph.mine(self.config.mined, alpha, self.config.mining_candidates)
+            mined, slots = self.graph.take(self.config.mined, alpha, self.config.mining_candidates)
             parts.append(mined if n_roles == 3 else mined[:, TRIPLET_AS_QUADRUPLET])
         return (concat(parts, axis=0) if len(parts) > 1 else new), slots
 
@@ -322,13 +322,14 @@ class UpdateStep:
             self.replay_for(n_roles).add(new)
         if not self.config.mined:
             return
-        if n_roles == 3:
-            self.graph.observe(new, fresh)
-        else:  # the mined triplets sat in the step as (a, p, a, n)
-            embeddings = embeddings[:, [0, 1, 3]]
-        mined = embeddings[:, :, embeddings.shape[2] - len(slots) :]  # (L+1, 3, q, E)
+        # The mined items first: observing the new ones may hand their slots to other items.
+        mined = embeddings[:, :, embeddings.shape[2] - len(slots) :]  # (L+1, n_roles, q, E)
+        if n_roles == 4:  # the mined triplets sat in the step as (a, p, a, n)
+            mined = mined[:, [0, 1, 3]]
         for role in range(3):
             self.graph.refresh(slots[:, role], mined[:, role])
+        if n_roles == 3:
+            self.graph.observe(new, fresh)
 
     def replay_for(self, n_roles: int) -> ReplayReservoir:
         """The reservoir that replays constraints of ``n_roles`` items (3 or 4)."""
