@@ -9,16 +9,22 @@ accuracy. A stream's first N constraints are what a stream of N would hold, up t
 last few, so each point is the learner after N constraints of the paper's protocol. OPML makes
 its own one pass over the development split whatever N is, and Euclidean learns nothing: both are
 drawn as horizontal lines. The hedge weights α are recorded every 1,000 constraints (the OAHU
-paper's Figure 4c).
+paper's Figure 4c), with the learning seconds so far and the process's resident memory, so that
+each run also says how fast it learned along the stream and whether its memory stayed bounded.
 
     python -m benchmarks.learning_curves                          # Fashion-MNIST, seeds 0-2
     python -m benchmarks.learning_curves --dataset digits --sizes 300 1000 3000 \
         --seeds 0 1 2 3 4 5 6 7 8 9
+    python -m benchmarks.learning_curves --tag -long \
+        --learners "oahu (default)" "oahu (B=256)" "oahu (B=1024)" \
+        --sizes 1000 3000 10000 30000 100000 300000 1000000    # 10^6: hours of CPU
 
 Each run is cached as JSON under benchmarks/results/learning-curves/ with every parameter of its
 learner, defaults included, and reused while they are the same (delete a file to re-run it); the
-aggregate goes to results/learning-curves-<dataset>.json and the plots to
-results/learning-curves-<dataset>.png and results/alpha-<dataset>.png.
+aggregate goes to results/learning-curves-<dataset><tag>.json and the plots to
+results/learning-curves-<dataset><tag>.png, results/alpha-<dataset><tag>.png and, for streams
+longer than 100,000 constraints, results/throughput-<dataset><tag>.png (triplets/s over each
+twentieth of the stream, and resident memory).
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ ALPHA_EVERY = 1_000
 # label -> (registered learner, constructor parameters)
 LEARNERS: dict[str, tuple[str, dict[str, Any]]] = {
     "oahu (default)": ("oahu", {}),
+    "oahu (B=256)": ("oahu", {"batch_size": 256}),
+    "oahu (B=1024)": ("oahu", {"batch_size": 1024}),
     "oahu (paper)": ("oahu", {"preset": "paper"}),
     "lego": ("lego", {}),
     "rdml": ("rdml", {}),
@@ -78,6 +86,12 @@ def learner_params(label: str) -> dict[str, Any]:
     return json.loads(json.dumps(make_learner(name, 2, **params).get_params(), default=str))
 
 
+def resident_mb() -> float:
+    """The process's resident memory now, in MiB (Linux's /proc/self/statm)."""
+    pages = int(Path("/proc/self/statm").read_text().split()[1])
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 def run_one(dataset: str, label: str, seed: int, sizes: list[int]) -> dict[str, Any]:
     name, params = LEARNERS[label]
     largest = max(sizes)
@@ -88,17 +102,28 @@ def run_one(dataset: str, label: str, seed: int, sizes: list[int]) -> dict[str, 
     learner.prepare(stream.X[stream.dev_idx])
     points: list[dict[str, Any]] = []
     alpha_curve: list[tuple[int, list[float]]] = []
+    # [constraints, learning seconds so far, resident MiB] at each α checkpoint: throughput over
+    # windows of the stream, and whether memory stays bounded.
+    progress: list[tuple[int, float, float]] = []
     # OPML makes one pass over the development samples whatever N is; Euclidean learns nothing.
     final = len(stream.dev_idx) if learner.capabilities.learns_samples else largest
+    outside = 0.0  # seconds spent in evaluation, which are not learning
 
     def at(n: int) -> None:
+        nonlocal outside
+        entered = time.perf_counter()
+        progress.append((n, entered - started - outside, resident_mb()))
         alpha_curve.append((n, [float(a) for a in learner.alpha]))
         learns = name not in INDEPENDENT_OF_N
         if (learns and (n in sizes or n == 0)) or n == final:
             points.append({"constraints": n, **evaluate_now(learner, stream)})
             print(f"  {label} seed {seed} N={n}: error {points[-1]['error']:.4f}", flush=True)
+        outside += time.perf_counter() - entered
 
-    checkpoints = sorted(set(sizes) | set(range(0, largest + 1, ALPHA_EVERY)) | {0, final})
+    # α is recorded at whole updates of a micro-batch learner, so that recording cuts none.
+    per_update = learner.constraints_per_update
+    every = -(-ALPHA_EVERY // per_update) * per_update
+    checkpoints = sorted(set(sizes) | set(range(0, largest + 1, every)) | {0, final})
     started = time.perf_counter()
     stats = replay(learner, stream, checkpoints=checkpoints, at_checkpoint=at)
     return {
@@ -110,6 +135,7 @@ def run_one(dataset: str, label: str, seed: int, sizes: list[int]) -> dict[str, 
         "seed": seed,
         "points": points,
         "alpha": alpha_curve,
+        "progress": progress,
         "prequential": stats.prequential,
         "learning_seconds": stats.seconds,
         "wall_seconds": time.perf_counter() - started,
@@ -136,8 +162,40 @@ def run_cached(
     return result
 
 
+def window_rates(run: dict[str, Any], windows: int = 20) -> list[tuple[int, float]]:
+    """Triplets/s learned in each of ``windows`` equal windows of a run's stream, as (end of
+    the window, rate), from the learning seconds recorded along it."""
+    progress = run.get("progress") or []
+    if len(progress) < 2:
+        return []
+    ns = np.array([p[0] for p in progress], dtype=float)
+    seconds = np.array([p[1] for p in progress])
+    ends = np.linspace(0, ns[-1], windows + 1)
+    at = np.interp(ends, ns, seconds)
+    spans = zip(ends[:-1], ends[1:], at[:-1], at[1:], strict=True)
+    return [(int(e), float((e - b) / (t1 - t0))) for b, e, t0, t1 in spans]
+
+
+def throughput(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Triplets/s over the first and the last tenth of the stream, their ratio (mean over the
+    seeds' runs), and the largest resident memory any run reached."""
+    tenths = [window_rates(r, 10) for r in runs]
+    tenths = [t for t in tenths if t]
+    if not tenths:
+        return None
+    first = float(np.mean([t[0][1] for t in tenths]))
+    last = float(np.mean([t[-1][1] for t in tenths]))
+    return {
+        "first_tenth_per_s": first,
+        "last_tenth_per_s": last,
+        "last_over_first": last / first,
+        "peak_resident_mb": max(p[2] for r in runs for p in r["progress"]),
+    }
+
+
 def aggregate(runs: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
-    """Mean and standard deviation over seeds of each learner's error and macro-F1 per size."""
+    """Mean and standard deviation over seeds of each learner's error and macro-F1 per size,
+    and its throughput along the stream."""
     table: dict[str, Any] = {}
     for label in dict.fromkeys(r["label"] for r in runs):
         mine = [r for r in runs if r["label"] == label]
@@ -162,10 +220,14 @@ def aggregate(runs: list[dict[str, Any]], sizes: list[int]) -> dict[str, Any]:
                 for key in ("error", "macro_f1")
             }
         table[label] = {"seeds": [r["seed"] for r in mine], "sizes": rows}
+        if label not in ("opml", "euclidean"):
+            table[label]["throughput"] = throughput(mine)
     return table
 
 
-def plot(dataset: str, runs: list[dict[str, Any]], table: dict[str, Any], sizes: list[int]) -> None:
+def plot(
+    dataset: str, runs: list[dict[str, Any]], table: dict[str, Any], sizes: list[int], tag: str
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -201,7 +263,7 @@ def plot(dataset: str, runs: list[dict[str, Any]], table: dict[str, Any], sizes:
     axes[0].set_title(f"{dataset}: every learner (mean ± sd, seeds {seeds})", fontsize=10)
     axes[1].set_title("close-up: learners within 2x of the best", fontsize=10)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"learning-curves-{dataset}.png", dpi=120)
+    fig.savefig(RESULTS / f"learning-curves-{dataset}{tag}.png", dpi=120)
     plt.close(fig)
 
     oahu_runs = [r for r in runs if r["learner"] == "oahu" and r["seed"] == seeds[0]]
@@ -213,6 +275,8 @@ def plot(dataset: str, runs: list[dict[str, Any]], table: dict[str, Any], sizes:
         alphas = np.array([a for _, a in run["alpha"]])
         for depth in range(alphas.shape[1]):
             ax.plot(ns, alphas[:, depth], label=f"α({depth})")
+        if ns[-1] > 100_000:  # a long stream: every decade as wide
+            ax.set_xscale("log")
         ax.set_xlabel("constraints")
         ax.set_ylabel("hedge weight α")
         ax.set_title(f"{run['label']}, seed {run['seed']}")
@@ -220,7 +284,35 @@ def plot(dataset: str, runs: list[dict[str, Any]], table: dict[str, Any], sizes:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(RESULTS / f"alpha-{dataset}.png", dpi=120)
+    fig.savefig(RESULTS / f"alpha-{dataset}{tag}.png", dpi=120)
+    plt.close(fig)
+
+    timed = [r for r in runs if r.get("progress") and r["learner"] not in INDEPENDENT_OF_N]
+    if not timed or max(sizes) <= 100_000:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.2))
+    for label in dict.fromkeys(r["label"] for r in timed):
+        colour = f"C{list(table).index(label)}"
+        for i, run in enumerate(r for r in timed if r["label"] == label):
+            ends, rates = zip(*window_rates(run), strict=True)
+            axes[0].plot(
+                ends, rates, "-o", markersize=3, color=colour, label=label if not i else None
+            )
+            ns = [p[0] for p in run["progress"]]
+            axes[1].plot(
+                ns, [p[2] for p in run["progress"]], color=colour, label=label if not i else None
+            )
+    axes[0].set_ylabel("triplets/s over each twentieth of the stream")
+    axes[0].set_yscale("log")
+    axes[1].set_ylabel("resident memory of the process (MiB)")
+    for ax in axes:
+        ax.set_xlabel("constraints")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_title(f"{dataset}: learning speed along the stream (each seed)", fontsize=10)
+    axes[1].set_title("memory along the stream", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"throughput-{dataset}{tag}.png", dpi=120)
     plt.close(fig)
 
 
@@ -234,6 +326,11 @@ def main() -> None:
     parser.add_argument(
         "--learners", nargs="+", default=list(LEARNERS), choices=list(LEARNERS), metavar="LABEL"
     )
+    parser.add_argument(
+        "--tag",
+        default="",
+        help="suffix of the aggregate's and the plots' file names (e.g. -long for the 10^6 runs)",
+    )
     args = parser.parse_args()
     sizes = sorted(args.sizes)
     runs = [
@@ -242,9 +339,9 @@ def main() -> None:
         for seed in args.seeds
     ]
     table = aggregate(runs, sizes)
-    out = RESULTS / f"learning-curves-{args.dataset}.json"
+    out = RESULTS / f"learning-curves-{args.dataset}{args.tag}.json"
     out.write_text(json.dumps({"sizes": sizes, "table": table}, indent=1))
-    plot(args.dataset, runs, table, sizes)
+    plot(args.dataset, runs, table, sizes, args.tag)
     for label, entry in table.items():
         cells = "  ".join(
             f"{n}: {v['error']['mean']:.4f}±{v['error']['std']:.4f}"

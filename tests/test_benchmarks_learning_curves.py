@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from benchmarks import learning_curves
-from benchmarks.learning_curves import aggregate, run_cached
+from benchmarks.learning_curves import aggregate, run_cached, throughput, window_rates
 
 SIZES = [60, 200]
 
@@ -58,3 +58,31 @@ def test_learners_that_do_not_depend_on_n_are_flat_lines(tmp_path, oahu_run):
     assert learned["200"]["error"]["per_seed"] == [oahu_run[1]["points"][2]["error"]]
     assert learned["0"]["error"]["per_seed"] == [oahu_run[1]["points"][0]["error"]]
     assert "0" not in flat  # Euclidean and OPML have no start of their own
+
+
+def test_a_run_records_learning_time_and_memory_along_the_stream(oahu_run):
+    _, run = oahu_run
+    assert [n for n, *_ in run["progress"]] == [0, 60, 200]
+    seconds = [s for _, s, _ in run["progress"]]
+    assert seconds == sorted(seconds) and seconds[-1] <= run["wall_seconds"]
+    assert all(mb > 50 for *_, mb in run["progress"])  # torch alone is more than that
+
+
+def test_speed_over_windows_is_constraints_over_learning_seconds():
+    # 100 constraints in the first second, 100 in the next two.
+    run = {"progress": [(0, 0.0, 10.0), (100, 1.0, 11.0), (200, 3.0, 12.0)]}
+    assert window_rates(run, 2) == [(100, pytest.approx(100.0)), (200, pytest.approx(50.0))]
+    assert throughput([run]) == {
+        "first_tenth_per_s": pytest.approx(100.0),
+        "last_tenth_per_s": pytest.approx(50.0),
+        "last_over_first": pytest.approx(0.5),
+        "peak_resident_mb": 12.0,
+    }
+
+
+def test_a_micro_batch_learner_is_recorded_at_whole_updates(tmp_path, monkeypatch):
+    changed = {**learning_curves.LEARNERS, "oahu (B=64)": ("oahu", {"batch_size": 64})}
+    monkeypatch.setattr(learning_curves, "LEARNERS", changed)
+    monkeypatch.setattr(learning_curves, "ALPHA_EVERY", 100)
+    run = run_cached("digits", "oahu (B=64)", 0, [300], tmp_path)
+    assert [n for n, _ in run["alpha"]] == [0, 128, 256, 300]  # every 100, rounded up to 64s

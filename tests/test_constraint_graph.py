@@ -200,6 +200,7 @@ def test_a_strict_step_takes_triplets_mined_ahead_and_drops_those_whose_items_le
     assert waiting >= 2
     state = g.rng.bit_generator.state
     _, second = g.take(2, np.ones(1), 8)
+    assert len(second) == 2
     assert g.rng.bit_generator.state == state and len(g.waiting) == waiting - 2
     # A waiting triplet whose item's slot now holds another item is not learned.
     g.waiting_keys[0, 1] += 1  # as if its positive's slot had been given to another item
