@@ -123,9 +123,17 @@ def test_row_keys_are_stable_across_calls_and_processes() -> None:
     assert row_keys(np.float32([[0.25, -1.5, 3.0]])).dtype == np.int64
 
 
-def test_capacity_must_be_positive() -> None:
+def test_capacity_must_be_positive_and_leave_a_triplet_room_beside_the_held_items() -> None:
     with pytest.raises(ValueError, match="capacity"):
         graph(capacity=0)
+    with pytest.raises(ValueError, match=r"at most knowledge - 3 \(61\), got 62"):
+        ConstraintGraph(62, 1, 1, 2, np.random.default_rng(0), knowledge=64)
+    # At the tightest bound every item is held but the three of the triplet being learned, and
+    # a stream of new items still learns without forgetting one of them before it is linked.
+    tight = ConstraintGraph(61, 1, 1, 2, np.random.default_rng(0), knowledge=64)
+    for v in range(0, 600, 3):
+        observe(tight, (float(v), float(v + 1), float(v + 2)))
+    assert tight.size == 61 and len(tight.known) == 64
 
 
 @pytest.mark.parametrize("per_call", [1, 3])
@@ -170,7 +178,7 @@ def _held_links_as_derived(g: ConstraintGraph) -> dict[int, set[int]]:
     return {root: {o for o in g.links.get(root, ()) if o in g.members} for root in g.members}
 
 
-@pytest.mark.parametrize("capacity, knowledge", [(4, 16), (16, 40), (64, 64)])
+@pytest.mark.parametrize("capacity, knowledge", [(4, 16), (16, 40), (61, 64)])
 def test_the_links_mining_uses_are_the_links_between_held_components(
     capacity: int, knowledge: int
 ) -> None:

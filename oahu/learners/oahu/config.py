@@ -147,7 +147,9 @@ class OAHUConfig:
             ("item_memory", 1),
             ("prequential_window", 1),
             ("pace_round", 1),
-            ("graph_memory", max(self.item_memory, 3)),
+            # The items held for mining stay known, and a triplet's three items must fit beside
+            # them: with fewer, remembering one of them forgets another before it is linked.
+            ("graph_memory", self.item_memory + 3),
             ("batch_size", 1),
             ("seed", 0),
             ("cpu_threads", 0),

@@ -97,9 +97,11 @@ class ConstraintGraph:
         rng: np.random.Generator,
         knowledge: int = 200_000,
     ) -> None:
-        if capacity < 1 or knowledge < max(capacity, 3):
+        # Held items stay known, and a triplet's three items must fit beside them: with less
+        # room, remembering one of them forgets another before it is linked.
+        if capacity < 1 or knowledge < capacity + 3:
             raise ValueError(
-                f"capacity: must be >= 1 and at most knowledge ({knowledge}, itself >= 3), "
+                f"capacity: must be >= 1 and at most knowledge - 3 ({knowledge - 3}), "
                 f"got {capacity}"
             )
         self.capacity = capacity
