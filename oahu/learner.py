@@ -241,6 +241,13 @@ class Learner(ABC):
         return 1
 
     @property
+    def constraints_per_update(self) -> int:
+        """New constraints one update takes (1: an update after every constraint). Whoever
+        hands the learner blocks of constraints should hand at least this many at a time, so
+        that its updates are whole."""
+        return 1
+
+    @property
     def alpha(self) -> np.ndarray:
         """Hedge weight per depth (sums to 1)."""
         return np.ones(1, dtype=np.float64)

@@ -33,6 +33,34 @@ def test_multiplicative_branch_by_hand() -> None:
     assert 0.99**0.999 * math.log(0.999) > 0.99 - 1  # the branch really is the first one
 
 
+def test_an_update_of_b_constraints_discounts_as_b_updates_would() -> None:
+    # Three constraints of one update, one column each (ours, H2): each takes its own branch.
+    # Column 0 as in the linear test (L_min = 0.2): [0.998, 0.995, 0.990]; column 1, L_min =
+    # 0.999: β^L = [0.99^0.999, 0.99, 0.99]; column 2, L_min = 0: linear, [1, 0.99, 0.99].
+    signals = torch.tensor(
+        [[0.2, 0.999, 0.0], [0.5, 1.0, 1.0], [1.0, 1.0, 1.0]], dtype=torch.float64
+    )
+    new = hedge_update(t(0.5, 0.25, 0.25), signals, beta=0.99, smoothing=0.1)
+    product = [0.998 * 0.99**0.999 * 1.0, 0.995 * 0.99 * 0.99, 0.990 * 0.99 * 0.99]
+    raw = [a * f / max(product) for a, f in zip([0.5, 0.25, 0.25], product, strict=True)]
+    assert new.tolist() == pytest.approx([v / sum(raw) for v in raw], abs=1e-12)
+    # With 0/1 mistakes, one update of three constraints is the three updates one by one (the
+    # floor does not bind here).
+    mistakes = [[1.0, 1.0], [1.0, 0.0], [1.0, 1.0]]  # depth 0 erred 3 times, depth 1 twice
+    once = t(0.5, 0.5)
+    for row in mistakes:
+        once = hedge_update(once, t(*row), beta=0.99, smoothing=0.1)
+    batch = hedge_update(t(0.5, 0.5), torch.tensor(mistakes, dtype=torch.float64).T, 0.99, 0.1)
+    assert batch.tolist() == pytest.approx(once.tolist(), abs=1e-12)
+    # A batch too long for a product of its factors (0.99^100,000 underflows) still hedges.
+    long = hedge_update(
+        t(0.5, 0.5), torch.ones(2, 100_000, dtype=torch.float64) * t(1.0, 0.5)[:, None], 0.99, 0.1
+    )
+    # L_min = 0.5: the linear branch, 0.99 against 0.995 a hundred thousand times: depth 0's
+    # relative factor is e^-504, floored at s/(L+1) = 0.05 beside depth 1's 0.5.
+    assert long.tolist() == pytest.approx([0.05 / 0.55, 0.5 / 0.55])
+
+
 def test_zero_minimum_loss_takes_linear_branch_and_floor_applies() -> None:
     # β = 0.5, L = [0, 1, 1]: ln 0 = −∞ → linear: α·[1, 0.5, 0.5] = [0.9, 0.025, 0.025]
     # floor s/(L+1) = 0.1/3 lifts the two small ones to 0.0333…; Σ = 0.9666…
@@ -68,10 +96,10 @@ def test_numpy_and_torch_agree() -> None:
 
 
 def test_the_signals_pick_what_an_update_measured() -> None:
-    losses, mistakes = t(0.3, 0.1, 0.6), t(0.0, 0.5, 1.0)
+    losses, mistakes = t(0.3, 0.1, 0.6)[:, None], t(0.0, 0.0, 1.0)[:, None]
     assert LossSignal()(losses, mistakes) is losses
     assert MistakeSignal()(losses, mistakes) is mistakes
-    assert MistakeSignal()(losses, t(0.0, 0.0, 0.0)) is None  # no depth erred
+    assert MistakeSignal()(losses, torch.zeros(3, 2)) is None  # no depth erred
     assert (HEDGE_SIGNALS["loss"], HEDGE_SIGNALS["mistakes"]) == (LossSignal, MistakeSignal)
 
 
@@ -81,9 +109,11 @@ def _hedging(signal: str) -> OAHU:
     model = OAHU(n_features=4, n_hidden_layers=2, preprocess="none", hedge_signal=signal)
     step = model.update_step
     step.alpha = np.array([0.98, 0.01, 0.01], dtype=np.float32)
-    step.last_losses = np.array([0.2, 0.0, 0.4], dtype=np.float32)
-    step.mistakes = np.zeros(3, dtype=np.float32)
+    step.mistakes = np.zeros((3, 1), dtype=np.float32)
     return model
+
+
+LOSSES = np.array([[0.2], [0.0], [0.4]], dtype=np.float32)  # one new constraint's, per depth
 
 
 def test_mistake_signal_leaves_alpha_exactly_as_it_is_when_no_depth_erred() -> None:
@@ -91,7 +121,7 @@ def test_mistake_signal_leaves_alpha_exactly_as_it_is_when_no_depth_erred() -> N
     before = model.update_step.alpha
     # Eq. 20 on all-zero mistakes would still floor and renormalise α ...
     assert not np.allclose(hedge_update(before, model.update_step.mistakes, 0.99, 0.1), before)
-    model.update_step.hedge()
+    model.update_step.hedge(LOSSES)
     # ... which the signal skips: α stays, to the bit.
     assert model.update_step.alpha is before
     assert np.array_equal(before, np.array([0.98, 0.01, 0.01], dtype=np.float32))
@@ -99,17 +129,17 @@ def test_mistake_signal_leaves_alpha_exactly_as_it_is_when_no_depth_erred() -> N
 
 def test_mistake_signal_discounts_the_depths_that_erred() -> None:
     model = _hedging("mistakes")
-    model.update_step.mistakes = np.array([0.0, 1.0, 0.0], dtype=np.float32)
-    model.update_step.hedge()
+    model.update_step.mistakes = np.array([[0.0], [1.0], [0.0]], dtype=np.float32)
+    model.update_step.hedge(LOSSES)
     # Linear branch (L_min = 0): [0.98, 0.01 · 0.99, 0.01], floored at 1/30: [0.98, 1/30, 1/30].
     floor = 0.1 / 3
     total = 0.98 + 2 * floor
     assert model.alpha.tolist() == pytest.approx([0.98 / total, floor / total, floor / total])
 
 
-def test_loss_signal_hedges_on_the_last_losses() -> None:
+def test_loss_signal_hedges_on_the_new_constraints_losses() -> None:
     model = _hedging("loss")
-    model.update_step.hedge()
+    model.update_step.hedge(LOSSES)
     # Linear branch (L_min = 0): α · (1 − 0.01 · L) = [0.98 · 0.998, 0.01, 0.01 · 0.996], the
     # last two floored at 1/30, then renormalised.
     floor = 0.1 / 3

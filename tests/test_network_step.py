@@ -116,14 +116,44 @@ def test_hedge_uses_pre_update_losses() -> None:
     )
 
 
-def test_micro_batch_step_is_batch_mean() -> None:
+def _tiny_batch_model(max_step_change: float) -> OAHU:
     model = _tiny_model(batch_size=4)
+    model.update_step.config = model.config.replace(max_step_change=max_step_change)
+    return model
+
+
+def test_a_micro_batch_step_moves_as_far_as_its_constraints_would_alone() -> None:
+    """B new constraints step along the sum of their gradients, B times the batch mean (B1):
+    each constraint counts as much as in a strict step. (No trust region here: it would not
+    bind on four triplets at η = 0.3 anyway, but this checks the sum alone.)"""
+    model = _tiny_batch_model(max_step_change=1e9)
+    before = {k: v.clone().double() for k, v in model.network.tensors().items()}
     trip = _triplets(4)
-    expected, _ = reference_step(model, trip, per_depth=False)
+    mean_step, _ = reference_step(model, trip, per_depth=False)  # θ − η · mean gradient
     model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
     assert model.updates == 1
     for name, value in model.network.tensors().items():
-        assert torch.allclose(value.double(), expected[name], atol=1e-6), name
+        expected = before[name] + 4 * (mean_step[name] - before[name])
+        assert torch.allclose(value.double(), expected, atol=1e-6), name
+
+
+def test_the_trust_region_shortens_a_micro_batch_step_to_its_bound() -> None:
+    """‖Δθ‖ ≤ max_step_change · ‖θ‖ (B2): a step that would go further is scaled down along
+    its own direction, to exactly the bound."""
+    free = _tiny_batch_model(max_step_change=1e9)
+    bounded = _tiny_batch_model(max_step_change=1e-3)
+    start = torch.cat([v.flatten().double() for v in free.network.tensors().values()])
+    trip = _triplets(4)
+    for model in (free, bounded):
+        model.learn_triplets(trip[:, 0], trip[:, 1], trip[:, 2])
+    moved = {
+        name: torch.cat([v.flatten().double() for v in m.network.tensors().values()]) - start
+        for name, m in (("free", free), ("bounded", bounded))
+    }
+    assert float(moved["free"].norm() / start.norm()) > 1e-2  # far beyond the bound
+    assert float(moved["bounded"].norm() / start.norm()) == pytest.approx(1e-3, rel=1e-4)
+    direction = torch.nn.functional.cosine_similarity(moved["free"], moved["bounded"], dim=0)
+    assert float(direction) == pytest.approx(1.0, abs=1e-6)
 
 
 def _on_torch_path(model: OAHU) -> OAHU:

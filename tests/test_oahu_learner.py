@@ -87,6 +87,38 @@ def test_micro_batch_takes_one_update_per_batch(kind, triplets) -> None:
         assert used.all() and model.utilization == 1.0  # ABTL: every triplet is active
 
 
+def test_a_micro_batch_replays_and_mines_in_proportion_to_its_size(triplets) -> None:
+    """B new triplets bring replay · B replayed and up to mined · B mined ones, as B strict
+    updates would."""
+    rng = np.random.default_rng(1)
+    items, classes = rng.random((24, D), dtype=np.float32), np.arange(24) % 4
+    anchors = rng.integers(0, 24, size=200)
+    positives = [rng.choice(np.flatnonzero(classes == classes[a])) for a in anchors]
+    negatives = [rng.choice(np.flatnonzero(classes != classes[a])) for a in anchors]
+    model = small("default", batch_size=8)
+    learn(model, items[np.stack([anchors, positives, negatives], 1)])  # four classes revealed
+    step = model.update_step
+    new = step.project(triplets[:8])
+    rows, slots = step.with_memories(new)
+    assert model.config.replay == 1 and model.config.mined == 2
+    assert rows.shape[0] == 8 + 8 + len(slots) and 8 <= len(slots) <= 16
+
+
+def test_a_micro_batch_hedges_once_per_constraint(triplets) -> None:
+    """The hedge discounts a depth by β to the number of new constraints it ranked wrongly, so
+    a batch moves α as far as its constraints would one by one (H2)."""
+    # Heads of their own (not residual): the depths rank differently from the start.
+    model = small("default", batch_size=40, n_hidden_layers=2, residual_heads=False)
+    step = model.update_step
+    start = step.alpha.copy()
+    learn(model, triplets)
+    wrong = step.mistakes.sum(1)  # (L+1,): how many of the 40 each depth ranked wrongly
+    assert wrong.max() > wrong.min()  # the depths differ
+    factor = model.config.beta ** (wrong - wrong.min())
+    expected = start * factor / (start * factor).sum()  # the floor s/(L+1) does not bind here
+    assert model.alpha == pytest.approx(expected, rel=1e-5)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_same_seed_same_model_different_seed_different_model(kind, triplets) -> None:
     a, b, c = small(kind, seed=5), small(kind, seed=5), small(kind, seed=6)

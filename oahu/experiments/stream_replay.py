@@ -43,7 +43,9 @@ def replay(
     checkpoints: Sequence[int] = (),
     at_checkpoint: Callable[[int], None] | None = None,
 ) -> ReplayStats:
-    """Train ``learner`` on ``stream`` in order; returns how many constraints and how long.
+    """Train ``learner`` on ``stream`` in order, ``chunk`` constraints at a time (at least one
+    update's, :attr:`~oahu.learner.Learner.constraints_per_update`); returns how many
+    constraints and how long.
 
     ``at_checkpoint(n)`` is called after the first n constraints for each n of ``checkpoints``
     (a learning curve in one pass: e.g. evaluate there); its time is not counted as learning.
@@ -75,6 +77,8 @@ def replay(
     tracks_prequential = any(
         d.name == "prequential_accuracy" for d in learner.capabilities.diagnostics
     )
+    # Whole updates: a micro-batch learner gets at least one batch per call.
+    chunk = max(chunk, learner.constraints_per_update)
     pending = sorted({int(n) for n in checkpoints if 0 <= int(n) <= total})
     curve: list[tuple[int, float]] = []
     seconds = 0.0

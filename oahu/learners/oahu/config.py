@@ -78,6 +78,10 @@ class OAHUConfig:
     # every depth starts at E0's metric and learns a nonlinear correction of it.
     residual_heads: bool = True
     batch_size: int = 1  # 1 = strict Algorithm 1; B > 1 = micro-batch
+    # A micro-batch update moves the parameters by at most this fraction of their norm (ours,
+    # docs/algorithms.md B2): B summed gradients taken at one point overshoot where B strict
+    # steps would have turned, early in a stream above all.
+    max_step_change: float = 0.05
     init: Init = "orthogonal"  # weight initialisation of hidden layers (and non-residual heads)
     head0_init_scale: float = 1.0  # multiplies E0's initial weights
     # "identity": E0 starts as the identity, i.e. the (preprocessed) input's own cosine metric;
@@ -172,6 +176,7 @@ class OAHUConfig:
             ("margin", 0.0, None, "both"),
             ("drift_step_boost", 1.0, None, "both"),
             ("head0_init_scale", 0.0, None, "neither"),
+            ("max_step_change", 0.0, None, "neither"),
         ):
             check_number(getattr(self, field), field, low, high, closed)
         for field, choices in (

@@ -33,7 +33,10 @@ def hedge_update(
     Eq. 20: if β^{L_min}·ln(L_min) > β − 1 then α ← α·β^{L}, else α ← α·(1 − (1 − β)L), with
     L_min = min_l L(l) (ln 0 = −∞, so L_min = 0 takes the second branch). Then the floor
     α ← max(α, s/(L+1)) and renormalisation to Σα = 1. ``losses`` is the signal: the training
-    losses (the paper) or the prequential mistakes (ours).
+    losses (the paper) or the prequential mistakes (ours), (L+1,) for one update, or (L+1, B)
+    with one column per new constraint of a micro-batch (ours, docs/algorithms.md H2): each
+    column discounts α by its own factor of Eq. 20, as B updates would, and the product is
+    taken relative to its largest depth, as renormalising after each of them would keep it.
 
     Works on torch tensors or numpy arrays (:func:`oahu.learners.oahu.arrays.namespace`); on a
     device it runs without a host synchronisation (the branch is a ``where``).
@@ -45,31 +48,41 @@ def hedge_update(
     xp = namespace(alpha)
     n_depths = alpha.shape[0]
     log_beta = math.log(beta)
-    l_min = losses.min()
+    if losses.ndim == 2 and losses.shape[1] == 1:
+        losses = losses[:, 0]  # one constraint: one update's signal, exactly
+    if losses.ndim == 1:
+        l_min = losses.min()
+    else:  # per constraint
+        l_min = losses.min(0) if xp is not torch else losses.amin(0)
     # β^{L_min}·ln(L_min); at L_min = 0 this is 0·(−∞): ln 0 = −∞ makes the condition False,
     # and so does the clipped value ln(1e-30)·β^0 ≈ −69 < β − 1.
     lhs = xp.exp(l_min * log_beta) * xp.log(l_min.clip(min=1e-30))
     multiplicative = xp.exp(losses * log_beta)
     linear = 1.0 - (1.0 - beta) * losses
-    updated = (xp.where(lhs > beta - 1.0, multiplicative, linear) * alpha).clip(
-        min=smoothing / n_depths
-    )
+    factor = xp.where(lhs > beta - 1.0, multiplicative, linear)
+    if factor.ndim == 2:
+        # Both branches stay above β > 0 for signals in [0, 1]: the logarithm is finite, and
+        # the sum of B of them does not underflow where their product would.
+        log_factor = xp.log(factor).sum(1)
+        factor = xp.exp(log_factor - log_factor.max())
+    updated = (factor * alpha).clip(min=smoothing / n_depths)
     return updated / updated.sum()
 
 
 class HedgeSignal(ABC):
     """What the hedge (Eq. 20) discounts each depth by, chosen from what an update measured.
 
-    Called with each depth's mean loss on the update's new constraints and each depth's share of
-    them it ranked wrongly before the update (both (L+1,), float32, where the step's arithmetic
-    runs), it returns the signal (L+1,) in [0, 1], or None to leave α as it is.
+    Called with each depth's loss on each of the update's new constraints and whether each
+    depth ranked each of them wrongly before the update (1.0) or not (0.0), both (L+1, B),
+    float32, where the step's arithmetic runs, it returns the signal (L+1, B) in [0, 1], one
+    column per constraint (:func:`hedge_update`), or None to leave α as it is.
 
     >>> import numpy as np
-    >>> class Worst(HedgeSignal):  # discount only the depth that lost most
+    >>> class Worst(HedgeSignal):  # discount only the depth that lost most on each constraint
     ...     def __call__(self, losses, mistakes):
-    ...         return (losses == losses.max()).astype(losses.dtype)
-    >>> Worst()(np.array([0.1, 0.4], np.float32), np.zeros(2, np.float32)).tolist()
-    [0.0, 1.0]
+    ...         return (losses == losses.max(0)).astype(losses.dtype)
+    >>> Worst()(np.array([[0.1], [0.4]], np.float32), np.zeros((2, 1), np.float32)).tolist()
+    [[0.0], [1.0]]
     """
 
     @abstractmethod
@@ -77,11 +90,11 @@ class HedgeSignal(ABC):
 
 
 class LossSignal(HedgeSignal):
-    """The paper's signal: each depth's training loss, the batch mean over the new constraints
-    (Algorithm 1, Eq. 20).
+    """The paper's signal: each depth's training loss on each new constraint (Algorithm 1,
+    Eq. 20).
 
-    >>> LossSignal()(torch.tensor([0.25, 0.5]), torch.tensor([0.0, 1.0])).tolist()
-    [0.25, 0.5]
+    >>> LossSignal()(torch.tensor([[0.25], [0.5]]), torch.tensor([[0.0], [1.0]])).tolist()
+    [[0.25], [0.5]]
     """
 
     def __call__(self, losses: Array, mistakes: Array) -> Array | None:
@@ -92,14 +105,14 @@ class LossSignal(HedgeSignal):
 
 
 class MistakeSignal(HedgeSignal):
-    """Each depth's share of the new constraints it ranked wrongly before the update (ours).
+    """Whether each depth ranked each new constraint wrongly before the update (ours).
 
     When no depth erred there is nothing to discount: every factor of Eq. 20 would be 1, and α
     is left exactly as it is instead of being floored and renormalised again.
 
-    >>> MistakeSignal()(torch.tensor([0.25, 0.5]), torch.tensor([0.0, 1.0])).tolist()
-    [0.0, 1.0]
-    >>> MistakeSignal()(torch.tensor([0.25, 0.5]), torch.tensor([0.0, 0.0])) is None
+    >>> MistakeSignal()(torch.tensor([[0.25], [0.5]]), torch.tensor([[0.0], [1.0]])).tolist()
+    [[0.0], [1.0]]
+    >>> MistakeSignal()(torch.tensor([[0.25], [0.5]]), torch.tensor([[0.0], [0.0]])) is None
     True
     """
 

@@ -224,6 +224,10 @@ class OAHU(Learner):
         return self.config.n_depths
 
     @property
+    def constraints_per_update(self) -> int:
+        return self.config.batch_size
+
+    @property
     def alpha(self) -> np.ndarray:
         return np.asarray(_as_tensor(self.update_step.alpha).cpu(), dtype=np.float64)
 

@@ -20,6 +20,7 @@ against autograd and against a hand computation.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -207,11 +208,49 @@ class MultiDepthNetwork:
         return self._host
 
     # ------------------------------------------------------------------ step
-    def step(self, cache: ForwardCache, grad_embeddings: Array, lr: float) -> None:
+    def step(
+        self,
+        cache: ForwardCache,
+        grad_embeddings: Array,
+        lr: float,
+        max_change: float | None = None,
+    ) -> Array | float:
         """One gradient-descent step given ∂loss/∂f(l) for every depth (Eq. 21-22), in place.
 
-        Every gradient is taken at the pre-step parameters: a layer's weights are updated only
-        after the gradient flowing through them to the layer below has been computed.
+        With ``max_change`` the step is a trust region (ours, docs/algorithms.md B2): scaled
+        down, where it would, so that the parameters move by at most ``max_change`` times their
+        norm, ‖Δθ‖ ≤ max_change · ‖θ‖ over all of them at once. Returns the scale the step was
+        taken at (1.0 without ``max_change``; an array, kept where the step runs, with it).
+        """
+        gradients = self._gradients(cache, grad_embeddings)
+        if max_change is None:
+            # Each weight is updated in place with one fused product as its gradient comes.
+            for param, a, b in gradients:
+                if a is None:
+                    param -= lr * b.sum(0)
+                elif param.ndim == 3:
+                    add_batched_outer_(param, a, b, -lr)
+                else:
+                    add_outer_(param, a, b, -lr)
+            return 1.0
+        steps = [
+            (param, b.sum(0) if a is None else a.swapaxes(-1, -2) @ b) for param, a, b in gradients
+        ]
+        xp = namespace(cache.x)
+        change = lr * xp.sqrt(sum((d * d).sum() for _, d in steps))
+        size = xp.sqrt(sum((param * param).sum() for param, _ in steps))
+        scale = (max_change * size / change.clip(min=_NORM_EPS)).clip(max=1.0)
+        for param, d in steps:
+            param -= (lr * scale) * d
+        return scale
+
+    def _gradients(
+        self, cache: ForwardCache, grad_embeddings: Array
+    ) -> Iterator[tuple[Array, Array | None, Array]]:
+        """The gradient of every parameter, as ``(parameter, a, b)``: a weight's gradient is
+        aᵀb (a sum of outer products over the step's rows), a bias's the column sums of b
+        (``a`` None). Every gradient is taken at the pre-step parameters: each parameter is
+        yielded once nothing left to compute reads it, so the caller may update it in place.
         """
         weights, biases, head0, heads = self._parameters(cache.x)
         f = cache.embeddings
@@ -222,13 +261,12 @@ class MultiDepthNetwork:
         grad_raw /= cache.norms
         # Eq. 21, l = 0; with residual heads E0 also feeds every deeper depth, whose gradient
         # reaches it through the skip.
-        grad_raw0 = grad_raw.sum(0) if self.residual else grad_raw[0]
-        add_outer_(head0, grad_raw0, cache.x, -lr)
+        yield head0, (grad_raw.sum(0) if self.residual else grad_raw[0]), cache.x
         n_layers = len(weights)
         if not n_layers:
             return
         grad_hidden = grad_raw[1:] @ heads  # (L, m, H), before Θ moves
-        add_batched_outer_(heads, grad_raw[1:], cache.hidden, -lr)  # Eq. 21
+        yield heads, grad_raw[1:], cache.hidden  # Eq. 21
         grad_h = grad_hidden[n_layers - 1]
         for l in range(n_layers - 1, -1, -1):
             grad_z = relu_backward(grad_h, cache.hidden[l])
@@ -236,5 +274,5 @@ class MultiDepthNetwork:
             if l:
                 # Eq. 22: layer l's input gradient collects every deeper head's loss.
                 grad_h = grad_hidden[l - 1] + grad_z @ weights[l]
-            add_outer_(weights[l], grad_z, below, -lr)
-            biases[l] -= lr * grad_z.sum(0)
+            yield weights[l], grad_z, below
+            yield biases[l], None, grad_z

@@ -112,7 +112,8 @@ class UpdateStep:
         self.on_host = network.device.type == "cpu"
         self.alpha = self.uniform_alpha()
         self.last_losses = self.per_depth(torch.zeros(self.n_depths, device=network.device))
-        self.mistakes = self.last_losses  # the hedge's signal with mistakes, set by each update
+        # (L+1, B): 1.0 where a depth ranked a new constraint wrongly; set by each update.
+        self.mistakes = self.last_losses[:, None]
         self.learned = 0  # new (stream) constraints learned: t of the step-size decay
         self.decay_origin = 0  # t when the decay (re)started: 0, or the latest adapted drift
         self.learning_rate = config.learning_rate
@@ -164,16 +165,22 @@ class UpdateStep:
         # A loss that leaves most constraints inactive (zero loss, zero gradient) has nothing to
         # step when all of them are.
         if self.loss.always_active or bool(loss.any()):
-            # ∂(mean_t Σ_l w(l) L(l)_t)/∂L(l)_t = w(l)/T, then back to the embeddings.
-            scale = (weights / rows.shape[0]) * namespace(dists).ones_like(self.alpha)
+            # ∂(B/T Σ_t Σ_l w(l) L(l)_t)/∂L(l)_t = w(l) B/T for B new constraints among T rows
+            # (B1): each new constraint, with its share of the replayed and mined rows, moves the
+            # weights as far as it would alone. Then back to the embeddings.
+            scale = (weights * n_new / rows.shape[0]) * namespace(dists).ones_like(self.alpha)
             grad = embedding_gradient(scale, g_pos, g_neg, diffs, dists, n_roles)
-            self.network.step(cache, grad.reshape(cache.embeddings.shape), self.learning_rate)
+            # A strict step never comes near the trust region (B2); it is not computed there.
+            limit = self.config.max_step_change if n_new > 1 else None
+            self.network.step(
+                cache, grad.reshape(cache.embeddings.shape), self.learning_rate, limit
+            )
         new_loss = loss[:, :n_new]
         if self.on_host:
             self.last_losses = np.add.reduce(new_loss, axis=1) / np.float32(n_new)
         else:
             self.last_losses = new_loss.mean(1)
-        self.hedge()
+        self.hedge(new_loss)
         self.learned += n_new
         self.remember(new, f, slots, kept)
         return StepResult(self.as_numpy((new_loss > 0).any(0)), correct, combined, None)
@@ -196,12 +203,15 @@ class UpdateStep:
         graph slots (q, 3) of the mined triplets' items."""
         n_roles = new.shape[1]
         parts, slots = [new], _NO_SLOTS
+        n_new = new.shape[0]
         if self.config.replay:
-            parts.append(self.replay_for(n_roles).sample(self.config.replay))
+            parts.append(self.replay_for(n_roles).sample(self.config.replay * n_new))
         if self.config.mined:
             # Mining ranks candidates with α as float32 on the CPU, float64 from a device.
             alpha = self.alpha if self.on_host else np.asarray(self.alpha.cpu(), np.float64)
-            mined, slots = self.graph.take(self.config.mined, alpha, self.config.mining_candidates)
+            mined, slots = self.graph.take(
+                self.config.mined * n_new, alpha, self.config.mining_candidates
+            )
             parts.append(mined if n_roles == 3 else mined[:, TRIPLET_AS_QUADRUPLET])
         return (concat(parts, axis=0) if len(parts) > 1 else new), slots
 
@@ -243,15 +253,12 @@ class UpdateStep:
         whether each depth (B, L+1) and the combined metric (B,) ranked each one right."""
         correct = d_pos < d_neg  # (L+1, B)
         combined = (self.alpha[:, None] * (d_neg - d_pos)).sum(0) > 0
-        # Each depth's share of wrong rankings, float32 like α, so that the hedge's arithmetic
-        # stays in float32.
+        # Each depth's wrong rankings, float32 like α, so that the hedge's arithmetic stays in
+        # float32.
         if self.on_host:
-            # What correct.mean(1, dtype=np.float32) gives, without its Python-level wrapper.
-            self.mistakes = 1.0 - np.add.reduce(correct, axis=1, dtype=np.float32) / np.float32(
-                correct.shape[1]
-            )
+            self.mistakes = np.float32(1.0) - correct.astype(np.float32)
         else:
-            self.mistakes = 1.0 - correct.float().mean(1)
+            self.mistakes = 1.0 - correct.float()
         correct, combined = self.as_numpy(correct).T, self.as_numpy(combined)
         self.prequential.update(correct, combined)
         return correct, combined
@@ -300,9 +307,10 @@ class UpdateStep:
             return eta * floor
         return eta / root
 
-    def hedge(self) -> None:
-        """Eq. 20 on the hedge signal, then the floor s/(L+1) and renormalisation."""
-        signal = self.hedge_signal(self.last_losses, self.mistakes)
+    def hedge(self, new_loss: Array) -> None:
+        """Eq. 20 on the hedge signal of each new constraint (their losses ``new_loss``, or the
+        mistakes ``score`` set), then the floor s/(L+1) and renormalisation."""
+        signal = self.hedge_signal(new_loss, self.mistakes)
         if signal is not None:
             self.alpha = hedge_update(self.alpha, signal, self.config.beta, self.config.smoothing)
 
