@@ -1,0 +1,30 @@
+"""benchmarks/throughput_windows.py: learners side by side over windows of one stream."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.throughput_windows import parse_config, run, tenth_rate
+
+
+def test_a_configuration_is_a_preset_and_settings():
+    assert parse_config("default:batch_size=256,replay=2") == (
+        None,
+        {"batch_size": 256, "replay": 2},
+    )
+    assert parse_config("paper") == ("paper", {})
+    with pytest.raises(ValueError, match="'tuned' is neither default nor paper"):
+        parse_config("tuned")
+
+
+def test_a_tenth_is_its_constraints_over_its_seconds():
+    # 100 constraints in the first second, 100 in the next two: 100/s, then 50/s.
+    assert tenth_rate([100, 200], [1.0, 3.0], first=True) == pytest.approx(100.0)
+    assert tenth_rate([100, 200], [1.0, 3.0], first=False) == pytest.approx(50.0)
+
+
+def test_a_micro_batch_run_is_timed_at_whole_updates():
+    result = run("default:batch_size=64", constraints=1_000, windows=4, seed=0)
+    assert result["window_ends"] == [256, 512, 768, 1_000]  # 250, 500, 750 up to 64s
+    assert len(result["triplets_per_s"]) == 4 and min(result["triplets_per_s"]) > 0
+    assert result["learner_params"]["batch_size"] == 64
