@@ -5,7 +5,7 @@ import copy
 import numpy as np
 import pytest
 
-from oahu.learners.oahu.constraint_graph import ConstraintGraph, row_keys
+from oahu.learners.oahu.constraint_graph import MINE_AHEAD, ConstraintGraph, row_keys
 
 
 def graph(capacity: int = 64, seed: int = 0) -> ConstraintGraph:
@@ -219,3 +219,20 @@ def test_a_strict_step_takes_triplets_mined_ahead_and_drops_those_whose_items_le
     restored.set_state(g.get_state())
     assert np.array_equal(restored.waiting, g.waiting)
     assert np.array_equal(restored.waiting_keys, g.waiting_keys)
+
+
+def test_anchors_of_one_component_share_a_draw_of_candidates_in_groups_of_mine_ahead() -> None:
+    """A micro-batch mines hundreds of triplets from one component; each MINE_AHEAD of its
+    anchors draw their own candidates, so they do not all meet the same few."""
+    g = graph(capacity=256, seed=4)
+    rng = np.random.default_rng(8)
+    low, high = np.arange(0.0, 50.0), np.arange(100.0, 150.0)  # two classes, far apart
+    for _ in range(300):
+        observe(g, (rng.choice(low), rng.choice(low), rng.choice(high)))
+        observe(g, (rng.choice(high), rng.choice(high), rng.choice(low)))
+    assert g.n_components == 2
+    triplets, _ = g.mine(320, np.ones(1), candidates=4)
+    assert len(triplets) == 320
+    # With one draw of 4 candidates per component, at most 4 negatives per class could appear.
+    negatives_of_low = {float(v) for v in triplets[triplets[:, 0, 0] < 75][:, 2, 0]}
+    assert 4 < len(negatives_of_low) <= 4 * -(-320 // MINE_AHEAD)

@@ -343,9 +343,10 @@ class ConstraintGraph:
         the cached embeddings. Anchors without a known similar and a known dissimilar item are
         skipped, so fewer (or none) may come back.
 
-        Anchors of one component share its candidates, drawn once, and are ranked against them
-        with one matrix product, so that a step mining hundreds of triplets (a micro-batch's)
-        costs a few products per component rather than a pass of Python per triplet.
+        Anchors of one component share one scan of the reservoir for its positives and
+        negatives, and up to ``MINE_AHEAD`` of them one draw of candidates, ranked with one
+        matrix product, so that a step mining hundreds of triplets (a micro-batch's) costs a few
+        products per component rather than a pass of Python per triplet.
         """
         width = self.rows.shape[1]
         if k < 1 or self.size < 3 or not self.links:
@@ -370,30 +371,47 @@ class ConstraintGraph:
             if not len(negatives):  # its known-dissimilar components are not held now
                 continue
             positives = np.flatnonzero(held == own)
-            if candidates and len(positives) > candidates:
-                positives = positives[self.rng.integers(0, len(positives), size=candidates)]
-            if candidates and len(negatives) > candidates:
-                negatives = negatives[self.rng.integers(0, len(negatives), size=candidates)]
-            group = np.asarray(positions)
-            group_anchors = anchors[group]
-            queries = (self.embeddings[group_anchors] * weights).reshape(len(group), -1)
-            pool = self.embeddings[np.concatenate([positives, negatives])]
-            nearness = pool.reshape(len(pool), -1) @ queries.T  # (candidates, anchors)
-            near_positive = nearness[: len(positives)]
-            near_positive[positives[:, None] == group_anchors] = -np.inf  # not itself
-            columns = np.arange(len(group))
-            best = near_positive.argmax(0)
-            has_positive = near_positive[best, columns] > -np.inf
-            if not has_positive.any():
-                continue
-            nearest_negative = negatives[nearness[len(positives) :].argmax(0)]
-            triplets = np.stack([group_anchors, positives[best], nearest_negative], axis=1)
-            drawn.append(group[has_positive])
-            found.append(triplets[has_positive])
+            # At most MINE_AHEAD anchors share one draw of candidates, however many a
+            # micro-batch mines from the component: each meets as many different ones as
+            # strict mining gives it.
+            for share in range(0, len(positions), MINE_AHEAD):
+                group = np.asarray(positions[share : share + MINE_AHEAD])
+                triplets = self._nearest(anchors[group], positives, negatives, weights, candidates)
+                if triplets is not None:
+                    drawn.append(group[triplets[1]])
+                    found.append(triplets[0])
         if not found:
             return np.zeros((0, 3, width), np.float32), np.zeros((0, 3), np.int64)
         slots = np.concatenate(found)[np.argsort(np.concatenate(drawn))]
         return self.rows[slots], slots
+
+    def _nearest(
+        self,
+        anchors: np.ndarray,
+        positives: np.ndarray,
+        negatives: np.ndarray,
+        weights: np.ndarray,
+        candidates: int,
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """Triplets (n, 3) of slots for ``anchors`` of one component: the nearest of at most
+        ``candidates`` drawn from its ``positives`` (the anchor itself excluded) and from its
+        ``negatives``, with which anchors got one (None when none did)."""
+        if candidates and len(positives) > candidates:
+            positives = positives[self.rng.integers(0, len(positives), size=candidates)]
+        if candidates and len(negatives) > candidates:
+            negatives = negatives[self.rng.integers(0, len(negatives), size=candidates)]
+        queries = (self.embeddings[anchors] * weights).reshape(len(anchors), -1)
+        pool = self.embeddings[np.concatenate([positives, negatives])]
+        nearness = pool.reshape(len(pool), -1) @ queries.T  # (candidates, anchors)
+        near_positive = nearness[: len(positives)]
+        near_positive[positives[:, None] == anchors] = -np.inf  # not itself
+        best = near_positive.argmax(0)
+        has_positive = near_positive[best, np.arange(len(anchors))] > -np.inf
+        if not has_positive.any():
+            return None
+        nearest_negative = negatives[nearness[len(positives) :].argmax(0)]
+        triplets = np.stack([anchors, positives[best], nearest_negative], axis=1)
+        return triplets[has_positive], has_positive
 
     def take(self, k: int, alpha: np.ndarray, candidates: int) -> tuple[np.ndarray, np.ndarray]:
         """``k`` mined triplets (n, 3, d) and their slots (n, 3), fewer when the graph does not
