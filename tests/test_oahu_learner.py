@@ -76,15 +76,36 @@ def test_micro_batch_of_one_equals_strict_bit_for_bit(kind, triplets) -> None:
     assert_same_state(strict, micro)
 
 
+def far_into_a_stream(model: OAHU) -> OAHU:
+    """The learner as if it had learned 10,000 constraints: past the ramp of its update sizes."""
+    model.update_step.learned = 10_000
+    return model
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_micro_batch_takes_one_update_per_batch(kind, triplets) -> None:
-    model = small(kind, batch_size=16)
+    model = far_into_a_stream(small(kind, batch_size=16))
     used = learn(model, triplets)
     assert model.updates == 3  # 16 + 16 + 8
     assert model.alpha.sum() == pytest.approx(1.0)
     assert model.prequential.seen == len(triplets)  # every new triplet is scored, batched or not
     if kind == "paper":
         assert used.all() and model.utilization == 1.0  # ABTL: every triplet is active
+
+
+def test_a_streams_first_updates_grow_to_the_batch_size(triplets) -> None:
+    """An update takes at most a tenth of the constraints learned before it (B3): from 40 new
+    constraints with B = 16, updates of 1 until 11 are learned, then 2 (to 21), 3 (to 33) and
+    4 (to 40, the last one cut): 11 + 5 + 4 + 2 updates."""
+    model = small("default", batch_size=16)
+    learn(model, triplets)
+    assert model.updates == 22 and model.update_step.learned == 40
+    learn(model, np.concatenate([triplets] * 4))  # 40 → 200 learned: sizes 4 ... 16
+    sizes, t = [], 40
+    while t < 200:
+        sizes.append(min(16, -(-t // 10), 200 - t))
+        t += sizes[-1]
+    assert model.updates == 22 + len(sizes) and sizes[-2] == 16
 
 
 def test_a_micro_batch_replays_and_mines_in_proportion_to_its_size(triplets) -> None:
@@ -108,7 +129,9 @@ def test_a_micro_batch_hedges_once_per_constraint(triplets) -> None:
     """The hedge discounts a depth by β to the number of new constraints it ranked wrongly, so
     a batch moves α as far as its constraints would one by one (H2)."""
     # Heads of their own (not residual): the depths rank differently from the start.
-    model = small("default", batch_size=40, n_hidden_layers=2, residual_heads=False)
+    model = far_into_a_stream(
+        small("default", batch_size=40, n_hidden_layers=2, residual_heads=False)
+    )
     step = model.update_step
     start = step.alpha.copy()
     learn(model, triplets)

@@ -49,6 +49,7 @@ _MEMORY_SEED = 0x4D45
 # depth-0 embedding (E0 starts as the principal axes: the leading ones carry most of the spread).
 _PACE_COORDINATES = 8
 _CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(OAHUConfig)}
+BATCH_RAMP = 10
 # OAHUConfig's fields that came with oahu's own default learner. A checkpoint whose OAHU params
 # hold none of them was written when every OAHU was the paper's Algorithm 1.
 _FIELDS_OF_THE_DEFAULT_LEARNER = frozenset(
@@ -299,15 +300,26 @@ class OAHU(Learner):
                 "items (e.g. the development split) before the first constraint"
             )
         used = np.zeros(len(rows), dtype=bool)
-        size = self.config.batch_size
         step = self.update_step
+        start = 0
         # Overflow is expected on hostile input and handled (the row is skipped and counted).
         with self._step_threads(), np.errstate(over="ignore", invalid="ignore"):
-            for start in range(0, len(rows), size):
-                result = step(rows[start : start + size])
+            while start < len(rows):
+                stop = start + self._update_size()
+                result = step(rows[start:stop])
                 used[start : start + len(result.used)] = result.used
                 self._account(result)
+                start = stop
         return used
+
+    def _update_size(self) -> int:
+        """New constraints the next update takes: ``batch_size``, but at most a ``BATCH_RAMP``-th
+        of the constraints learned so far, counted as the step-size decay counts them (at least
+        one), so that a stream's first updates, where nearly every constraint pulls the same
+        way, are small (ours, B3)."""
+        step = self.update_step
+        since = step.learned - step.decay_origin  # from the latest adapted drift, as S1
+        return max(1, min(self.config.batch_size, -(-since // BATCH_RAMP)))
 
     def _account(self, result: StepResult) -> None:
         """Count what an update did, and feed its prequential mistakes to the drift detector: a
