@@ -25,12 +25,12 @@ def test_a_run_evaluates_the_learner_at_each_size_as_it_stands(oahu_run):
     assert [p["constraints"] for p in run["points"]] == [0, *SIZES]  # 0: as prepared
     for point in run["points"]:
         assert 0.0 <= point["error"] <= 1.0 and 0.0 <= point["macro_f1"] <= 1.0
-        assert len(point["depth_error"]) == len(point["depth_spread"]) == 2  # L = 1: two depths
+        assert len(point["depth_error"]) == len(point["depth_spread"]) == 3  # L = 2: three depths
         assert np.isclose(sum(point["alpha"]), 1.0)
         assert 0.0 <= point["prequential_accuracy"] <= 1.0
     # α at the start, every 1,000 constraints and at every size (here no multiple of 1,000).
     assert [n for n, _ in run["alpha"]] == [0, 60, 200]
-    assert run["alpha"][0][1] == [0.5, 0.5]
+    assert run["alpha"][0][1] == pytest.approx([1 / 3] * 3)
     assert run["prequential"][-1][0] == 200
 
 
@@ -42,10 +42,10 @@ def test_a_cached_run_is_reused_until_the_learners_parameters_change(oahu_run, m
     path.write_text(json.dumps(stored))
     assert run_cached("digits", "oahu (default)", 0, SIZES, runs)["points"][0]["error"] == 0.5
     changed = dict(learning_curves.LEARNERS)
-    changed["oahu (default)"] = ("oahu", {"margin": 0.1})  # as if a default had changed
+    changed["oahu (default)"] = ("oahu", {"margin": 0.2})  # as if a default had changed
     monkeypatch.setattr(learning_curves, "LEARNERS", changed)
     again = run_cached("digits", "oahu (default)", 0, SIZES, runs)
-    assert again["points"][0]["error"] != 0.5 and again["learner_params"]["margin"] == 0.1
+    assert again["points"][0]["error"] != 0.5 and again["learner_params"]["margin"] == 0.2
 
 
 def test_learners_that_do_not_depend_on_n_are_flat_lines(tmp_path, oahu_run):

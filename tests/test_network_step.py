@@ -59,6 +59,8 @@ def _tiny_model(batch_size: int = 1, preset: str | None = "paper") -> OAHU:
     )
     if model.needs_prepare:  # oahu's default projects onto principal axes fitted on items
         model.prepare(np.random.default_rng(11).random((60, 5), dtype=np.float32))
+    # Far into a stream, where a micro-batch update takes the whole batch (B3).
+    model.update_step.learned = 10_000
     return model
 
 

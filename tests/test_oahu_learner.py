@@ -94,10 +94,10 @@ def test_micro_batch_takes_one_update_per_batch(kind, triplets) -> None:
 
 
 def test_a_streams_first_updates_grow_to_the_batch_size(triplets) -> None:
-    """An update takes at most a tenth of the constraints learned before it (B3): from 40 new
-    constraints with B = 16, updates of 1 until 11 are learned, then 2 (to 21), 3 (to 33) and
-    4 (to 40, the last one cut): 11 + 5 + 4 + 2 updates."""
-    model = small("default", batch_size=16)
+    """An update takes at most a batch_ramp-th of the constraints learned before it (B3): with
+    a ramp of 10, from 40 new constraints with B = 16, updates of 1 until 11 are learned, then 2
+    (to 21), 3 (to 33) and 4 (to 40, the last one cut): 11 + 5 + 4 + 2 updates."""
+    model = small("default", batch_size=16, batch_ramp=10)
     learn(model, triplets)
     assert model.updates == 22 and model.update_step.learned == 40
     learn(model, np.concatenate([triplets] * 4))  # 40 → 200 learned: sizes 4 ... 16
@@ -106,6 +106,10 @@ def test_a_streams_first_updates_grow_to_the_batch_size(triplets) -> None:
         sizes.append(min(16, -(-t // 10), 200 - t))
         t += sizes[-1]
     assert model.updates == 22 + len(sizes) and sizes[-2] == 16
+    # By default a hundredth: 40 constraints are 40 updates of one.
+    default = small("default", batch_size=16)
+    learn(default, triplets)
+    assert default.config.batch_ramp == 100 and default.updates == 40
 
 
 def test_a_micro_batch_replays_and_mines_in_proportion_to_its_size(triplets) -> None:
@@ -219,7 +223,7 @@ def test_embeddings_are_unit_vectors_per_depth(kind, triplets) -> None:
     model = small(kind)
     learn(model, triplets)
     emb = model.embed(triplets[:, 0])
-    assert emb.shape == ((6, 40, 6) if kind == "paper" else (2, 40, 8))
+    assert emb.shape == ((6, 40, 6) if kind == "paper" else (3, 40, 8))  # default: L = 2
     assert emb.dtype == np.float32
     assert np.allclose(np.linalg.norm(emb, axis=-1), 1.0, atol=1e-5)
 
@@ -284,10 +288,10 @@ def test_prequential_accuracy_scores_each_new_triplet_before_learning_it() -> No
     anchor = ITEMS[:1]
     # The positive is the anchor itself, nudged: every depth ranks it right, whatever it learns.
     right = model.learn_triplets(anchor, anchor + 1e-3, ITEMS[1:2])
-    assert model.prequential.per_depth == [1.0, 1.0] and model.prequential.combined == 1.0
+    assert model.prequential.per_depth == [1.0] * 3 and model.prequential.combined == 1.0
     # Swapped, the same triplet is ranked wrongly by every depth (it was not learned yet).
     model.learn_triplets(anchor, ITEMS[1:2], anchor + 1e-3)
-    assert model.prequential.per_depth == [0.5, 0.5] and model.prequential.seen == 2
+    assert model.prequential.per_depth == [0.5] * 3 and model.prequential.seen == 2
     assert model.diagnostics()["prequential_accuracy"] == 0.5
     assert not right.any()  # ranked right by more than the margin: inactive, nothing changed
 
@@ -299,7 +303,7 @@ def test_hedge_discounts_the_depths_by_their_prequential_mistakes() -> None:
     t = np.random.default_rng(1).random((3, 5, D), dtype=np.float32)
     ours.learn_triplets(*t[:, :1])
     paper.learn_triplets(*t[:, :1])
-    assert ours.alpha.tolist() == pytest.approx([1 / 2] * 2)
+    assert ours.alpha.tolist() == pytest.approx([1 / 3] * 3)
     assert not np.allclose(paper.alpha, 1 / 6)
 
 

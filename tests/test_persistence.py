@@ -158,10 +158,10 @@ def test_a_queries_only_state_embeds_the_same_and_refuses_to_learn_or_be_saved()
     """What the learner process sends the serving process for a snapshot: the model without the
     memories learning keeps (most of a checkpoint), answering queries exactly as the learner."""
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(300, 12)).astype(np.float32)
+    x = rng.normal(size=(3000, 12)).astype(np.float32)
     learner = OAHU(12)
     learner.prepare(x)
-    learner.learn_triplets(x[:100], x[100:200], x[200:])
+    learner.learn_triplets(x[:1000], x[1000:2000], x[2000:])  # memories of 3,000 items
     full = learner_to_bytes(learner)
     served, _ = learner_from_bytes(learner_to_bytes(learner, queries_only=True))
     assert len(learner_to_bytes(learner, queries_only=True)) < len(full) / 3

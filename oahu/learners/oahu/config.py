@@ -38,7 +38,7 @@ class OAHUConfig:
 
     >>> cfg = OAHUConfig()
     >>> (cfg.n_hidden_layers, cfg.hidden_width, cfg.loss, cfg.hedge_signal, cfg.preprocess)
-    (1, 128, 'margin', 'mistakes', 'pca:200')
+    (2, 128, 'margin', 'mistakes', 'pca:200')
     >>> paper = PRESETS["paper"]
     >>> (paper.n_hidden_layers, paper.hidden_width, paper.embedding_dim, paper.learning_rate)
     (5, 100, 50, 0.3)
@@ -50,14 +50,14 @@ class OAHUConfig:
     ValueError: tau: must be a number in (0, 0.666667), got 0.9
     """
 
-    n_hidden_layers: int = 1  # L
+    n_hidden_layers: int = 2  # L
     hidden_width: int = 128  # S_hidden
     # S_emb; 0 = the dimension of the (preprocessed) input, which residual heads and an identity
     # E0 need.
     embedding_dim: int = 0
     beta: float = 0.99  # hedge discount β (Eq. 20)
     smoothing: float = 0.1  # s: α floor is s / (L + 1)
-    learning_rate: float = 0.03  # η (Eq. 21-22)
+    learning_rate: float = 0.05  # η (Eq. 21-22)
     # Step-size decay (ours, S1): η_t = η · max(1 / sqrt(1 + t / lr_decay), lr_floor) after t
     # constraints; lr_decay 0 = constant.
     lr_decay: float = 10_000.0
@@ -66,7 +66,7 @@ class OAHUConfig:
     lr_floor: float = 0.5
     # Per-depth loss: "margin" = max(0, D+ − D− + margin) (ours), "abtl" = Eq. 9-13.
     loss: Loss = "margin"
-    margin: float = 0.05
+    margin: float = 0.1
     tau: float = 0.1  # τ, the ABTL bound width (Eq. 9-10; loss="abtl" only)
     # What the hedge (Eq. 20) discounts each depth by: "mistakes" = whether the depth ranked the
     # new constraints wrongly before the update (ours), "loss" = its training loss (the paper).
@@ -78,6 +78,9 @@ class OAHUConfig:
     # every depth starts at E0's metric and learns a nonlinear correction of it.
     residual_heads: bool = True
     batch_size: int = 1  # 1 = strict Algorithm 1; B > 1 = micro-batch
+    # An update takes at most 1/batch_ramp of the constraints learned before it (ours,
+    # docs/algorithms.md B3): a stream's first updates are small, and grow to batch_size.
+    batch_ramp: int = 100
     # A micro-batch update moves the parameters by at most this fraction of their norm (ours,
     # docs/algorithms.md B2): B summed gradients taken at one point overshoot where B strict
     # steps would have turned, early in a stream above all.
@@ -99,7 +102,7 @@ class OAHUConfig:
     # the stream has revealed, among a reservoir of ``item_memory`` items: a random anchor, its
     # nearest known-similar item, and the nearest of ``mining_candidates`` known-dissimilar ones.
     mined: int = 2
-    item_memory: int = 4096
+    item_memory: int = 8192
     mining_candidates: int = 128
     # Items whose component the constraint graph remembers, so that similarity carries over
     # through items that are not among the ``item_memory`` held for mining.
@@ -155,6 +158,7 @@ class OAHUConfig:
             # them: with fewer, remembering one of them forgets another before it is linked.
             ("graph_memory", self.item_memory + 3),
             ("batch_size", 1),
+            ("batch_ramp", 1),
             ("seed", 0),
             ("cpu_threads", 0),
             ("pace_clusters", 1),

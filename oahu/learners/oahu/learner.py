@@ -49,7 +49,6 @@ _MEMORY_SEED = 0x4D45
 # depth-0 embedding (E0 starts as the principal axes: the leading ones carry most of the spread).
 _PACE_COORDINATES = 8
 _CONFIG_FIELDS = {f.name: f for f in dataclasses.fields(OAHUConfig)}
-BATCH_RAMP = 10
 # OAHUConfig's fields that came with oahu's own default learner. A checkpoint whose OAHU params
 # hold none of them was written when every OAHU was the paper's Algorithm 1.
 _FIELDS_OF_THE_DEFAULT_LEARNER = frozenset(
@@ -103,7 +102,7 @@ class OAHU(Learner):
     >>> a, p, n = rng.random((3, 20, 8), dtype=np.float32)
     >>> used = model.learn_triplets(a, p, n)
     >>> model.updates, model.embed(a).shape
-    (20, (2, 20, 8))
+    (20, (3, 20, 8))
     >>> round(float(model.alpha.sum()), 6), 0.0 <= model.prequential.combined <= 1.0
     (1.0, True)
     >>> paper = OAHU(n_features=8, preset="paper", device="cpu")
@@ -313,13 +312,13 @@ class OAHU(Learner):
         return used
 
     def _update_size(self) -> int:
-        """New constraints the next update takes: ``batch_size``, but at most a ``BATCH_RAMP``-th
-        of the constraints learned so far, counted as the step-size decay counts them (at least
-        one), so that a stream's first updates, where nearly every constraint pulls the same
-        way, are small (ours, B3)."""
+        """New constraints the next update takes: ``batch_size``, but at most a
+        ``batch_ramp``-th of the constraints learned so far, counted as the step-size decay
+        counts them (at least one), so that a stream's first updates, where nearly every
+        constraint pulls the same way, are small (ours, B3)."""
         step = self.update_step
         since = step.learned - step.decay_origin  # from the latest adapted drift, as S1
-        return max(1, min(self.config.batch_size, -(-since // BATCH_RAMP)))
+        return max(1, min(self.config.batch_size, -(-since // self.config.batch_ramp)))
 
     def _account(self, result: StepResult) -> None:
         """Count what an update did, and feed its prequential mistakes to the drift detector: a

@@ -78,11 +78,11 @@ class UpdateStep:
     >>> model = OAHU(n_features=2, hidden_width=4, preprocess="none", device="cpu")
     >>> step = model.update_step
     >>> step.loss, step.hedge_signal
-    (MarginLoss(margin=0.05), MistakeSignal())
+    (MarginLoss(margin=0.1), MistakeSignal())
     >>> block = np.array([[[1.0, 0.0], [0.0, 1.0], [1.0, 0.1]]], np.float32)  # p far, n near
     >>> result = step(block)
     >>> result.used.tolist(), result.correct.tolist(), step.learned
-    ([True], [[False, False]], 1)
+    ([True], [[False, False, False]], 1)
     """
 
     def __init__(
