@@ -20,9 +20,9 @@ def test_the_stream_mixes_recurring_and_new_items_of_the_right_classes():
     assert 0.4 < share < 0.55  # half are drawn from the pool, where one of the class exists
     # An item's class is the class mean it is nearest to (noise 2 per coordinate, means 1 apart
     # on average per coordinate: at d = 784 the nearest mean is the right one).
-    nearest = np.argmin(
-        ((items[:, None, :] - stream.means[None]) ** 2).sum(-1), axis=1
-    ).reshape(-1, 3)
+    nearest = np.argmin(((items[:, None, :] - stream.means[None]) ** 2).sum(-1), axis=1).reshape(
+        -1, 3
+    )
     assert (nearest[:, 0] == nearest[:, 1]).all() and (nearest[:, 0] != nearest[:, 2]).all()
     known = [label for label in recurring if label is not None]
     assert len(set(known)) > CLASSES // 2 and len(stream.pool) == POOL
