@@ -16,10 +16,14 @@ def code_version() -> str:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
         ).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=REPO).returncode
+        if not head:  # not a checkout (a copied tree): git diff would print its usage
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "diff", "--quiet", "HEAD"], cwd=REPO, capture_output=True
+        ).returncode
     except OSError:
         return "unknown"
-    return (head + ("+changes" if dirty else "")) if head else "unknown"
+    return head + ("+changes" if dirty else "")
 
 
 def cpu_model() -> str:
