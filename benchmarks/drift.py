@@ -88,9 +88,9 @@ def record_outcomes(learner: Learner) -> list[np.ndarray]:
     outcomes: list[np.ndarray] = []
     observe = learner._observe_mistakes
 
-    def recording(mistakes: np.ndarray) -> Any:
+    def recording(mistakes: np.ndarray, ranked_together: bool = False) -> Any:
         outcomes.append(np.asarray(mistakes, dtype=bool)[:, 0].copy())
-        return observe(mistakes)
+        return observe(mistakes, ranked_together)
 
     learner._observe_mistakes = recording  # type: ignore[method-assign]
     return outcomes
