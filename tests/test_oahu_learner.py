@@ -77,8 +77,8 @@ def test_micro_batch_of_one_equals_strict_bit_for_bit(kind, triplets) -> None:
 
 
 def far_into_a_stream(model: OAHU) -> OAHU:
-    """The learner as if it had learned 10,000 constraints: past the ramp of its update sizes."""
-    model.update_step.learned = 10_000
+    """The learner as if it had learned 100,000 constraints: past the ramp of its update sizes."""
+    model.update_step.learned = 100_000
     return model
 
 
@@ -106,10 +106,10 @@ def test_a_streams_first_updates_grow_to_the_batch_size(triplets) -> None:
         sizes.append(min(16, -(-t // 10), 200 - t))
         t += sizes[-1]
     assert model.updates == 22 + len(sizes) and sizes[-2] == 16
-    # By default a hundredth: 40 constraints are 40 updates of one.
+    # By default a three-hundredth: 40 constraints are 40 updates of one.
     default = small("default", batch_size=16)
     learn(default, triplets)
-    assert default.config.batch_ramp == 100 and default.updates == 40
+    assert default.config.batch_ramp == 300 and default.updates == 40
 
 
 def test_a_micro_batch_replays_and_mines_in_proportion_to_its_size(triplets) -> None:
@@ -481,7 +481,7 @@ def test_batches_up_to_16384_learn_with_no_other_setting_changed(batch_size: int
     model = OAHU(D, hidden_width=16, preprocess="pca:8", item_memory=64, replay_memory=32,
                  batch_size=batch_size, device="cpu")  # fmt: skip
     model.prepare(noisy(np.arange(300) % 3))
-    model.update_step.learned = 100 * batch_size  # past the ramp of update sizes
+    model.update_step.learned = model.config.batch_ramp * batch_size  # past the ramp
     held_out = draw(2000)
     before = ranked_right(model, held_out)
     stream = draw(3 * 16_384)
