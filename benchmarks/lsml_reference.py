@@ -13,10 +13,10 @@ it like
 any online learner; it learns nothing from a stream.
 
 metric-learn 0.7.0's gradient leaves out the constraint weights (1/N each) that its loss applies
-(scikit-learn-contrib/metric-learn issue 83), so its steps follow the constraints N times too
-strongly and the line search soon finds none that lowers the loss: the fit stops by itself after
-some 10-25 steps, well before ``max_iter``. It is used as released, the reference as others would
-run it.
+(reported upstream: https://github.com/scikit-learn-contrib/metric-learn/issues/83), so its steps
+follow the constraints N times too strongly and the line search soon finds none that lowers the
+loss: the fit stops by itself after some 10-25 steps, well before ``max_iter``. It is used as
+released, the reference as others would run it.
 
 Measured with ``python -m benchmarks.lsml_reference`` on Fashion-MNIST (35,000 development
 items; 10,000 ``garment`` hierarchy quadruplets, half fine and half coarse; seed 0; the 2-core
@@ -63,8 +63,9 @@ def _accept_force_all_finite() -> None:
 
     scikit-learn 1.6 renamed ``check_array``'s and ``check_X_y``'s ``force_all_finite`` to
     ``ensure_all_finite`` and 1.8 removed the old name; metric-learn 0.7.0 (the latest release)
-    still passes it, so every fit fails with a ``TypeError`` (scikit-learn-contrib/metric-learn
-    issue 359, fixed upstream by wrappers that rename the keyword, PR 360, not yet released).
+    still passes it, so every fit fails with a ``TypeError``. metric-learn's main branch fixed it
+    with wrappers that rename the keyword, not yet in a release
+    (https://github.com/scikit-learn-contrib/metric-learn/pull/360).
     This installs the same renaming wrappers in metric-learn's validation module; it changes
     nothing where scikit-learn still takes the old name or metric-learn no longer passes it.
     """

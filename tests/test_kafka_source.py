@@ -268,7 +268,8 @@ def test_a_dead_letter_too_large_for_kafka_is_truncated_or_kept_in_the_fallback_
     kafka_bootstrap: str, tmp_path
 ) -> None:
     """A letter is never lost for its size: cut to fit with its size and hash in headers, and
-    one Kafka refuses all the same goes whole to the fallback file (issue 12)."""
+    one Kafka refuses all the same goes whole to the fallback file, so an
+    oversized letter is kept somewhere whatever the broker's limits."""
     dlq = unique("dead")
     big = bytes(range(256)) * 4100  # 1,049,600 bytes: above the producer's 1 MiB
     letter = DeadLetter("undecodable", "x" * 5000, "in", 0, 7, big, ts=1.0)
