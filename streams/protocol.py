@@ -36,7 +36,12 @@ _NO_TRIPLETS = (
 _SEED_BATCH = 1024  # seeds are drawn vectorised, this many at a time
 # The split and the streams of one run share its seed; tagging each use keeps their draws
 # independent (a split and a stream from plain default_rng(seed) would read the same bits).
-_SPLIT, _CLOSURE, _RANDOM = 0, 1, 2
+_SPLIT, _CLOSURE, _RANDOM, _CLASS_SPLIT = 0, 1, 2, 3
+#: How a stream's items are split into development and test sets: ``items``, the paper's
+#: classification protocol (a 1:1 split of the items); ``classes``, its retrieval protocol for
+#: CARS-196 and CIFAR-100 (Section 4.5: the items of half of the classes learn, the other half,
+#: never seen, are retrieved).
+SPLITS: tuple[str, ...] = ("items", "classes")
 
 
 def _rng(seed: int, tag: int) -> np.random.Generator:
@@ -57,6 +62,36 @@ def split_dev_test(n_items: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     order = _rng(seed, _SPLIT).permutation(int(n_items)).astype(np.int64)
     n_dev = (int(n_items) + 1) // 2
     return order[:n_dev], order[n_dev:]
+
+
+def split_classes(labels: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Class-disjoint split: (dev_idx, test_idx), the items of a seeded half of the classes
+    and the items of the others (int64, ascending).
+
+    The development half gets the extra class when the number of classes is odd. Learning sees
+    only development items, so the test classes are never seen: the retrieval protocol of the
+    paper's Section 4.5.
+
+    >>> labels = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    >>> dev, test = split_classes(labels, seed=0)
+    >>> sorted(set(labels[dev].tolist()) | set(labels[test].tolist())), len(dev), len(test)
+    ([0, 1, 2, 3], 4, 4)
+    >>> bool(set(labels[dev].tolist()) & set(labels[test].tolist()))
+    False
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"labels: expected a 1-d array, got shape {labels.shape}")
+    classes = np.unique(labels)
+    if len(classes) < 4:
+        raise ValueError(
+            f"split: the class-disjoint split needs at least 4 classes (2 to learn from, 2 "
+            f"unseen to retrieve), the labels have {len(classes)}"
+        )
+    order = _rng(seed, _CLASS_SPLIT).permutation(len(classes))
+    seen = classes[order[: len(classes) - len(classes) // 2]]
+    is_dev = np.isin(labels, seen)
+    return np.flatnonzero(is_dev).astype(np.int64), np.flatnonzero(~is_dev).astype(np.int64)
 
 
 class _DevSampler:

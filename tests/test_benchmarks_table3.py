@@ -15,6 +15,7 @@ from benchmarks.table3 import (
     compare,
     default_rows,
     markdown_report,
+    markdown_table,
     replace_block,
     replay_command,
     run_path,
@@ -31,7 +32,7 @@ def record(seed: int, error: float, seconds: float = 2.0, constraints: int = 400
         "macro_f1": 1.0 - error,
         "utilization": 0.5,
         "auc": 0.9,
-        "recall_at": {"1": 0.8, "2": 0.9},
+        "recall_at": {"1": 0.8, "2": 0.9, "4": 0.95, "8": 1.0},
         "train_seconds": seconds,
         "constraints": constraints,
     }
@@ -151,3 +152,38 @@ def test_baselines_run_with_their_development_split_choice(tmp_path):
     overridden = table_rows("digits", ["lego=--set learning_rate=1"], ["lego"], tmp_path)
     assert [(r.label, r.args) for r in overridden] == [("lego", ("--set", "learning_rate=1"))]
     assert table_rows("fashion-mnist", [], ["lego"], tmp_path)[0].args == ()
+
+
+def test_unseen_class_retrieval_compares_recall_at_1():
+    runs = {
+        "euclidean": [dict(record(s, 0.1), recall_at=r) for s, r in enumerate((0.90, 0.91, 0.92))],
+        "oahu": [dict(record(s, 0.2), recall_at=r) for s, r in enumerate((0.95, 0.96, 0.97))],
+    }
+    for label in runs:  # Recall@2..8 as well, so the table can show them
+        for run in runs[label]:
+            run["recall_at"] = {"1": run["recall_at"], "2": 0.98, "4": 0.99, "8": 1.0}
+    table = aggregate(
+        [Row("euclidean", "euclidean"), Row("oahu", "oahu")], runs, "letter", "classes"
+    )
+    assert table["compared"] == "1 - recall_at_1" and table["paper"] is None
+    # OAHU's error is worse, but its R@1 is better, and R@1 is what this protocol compares.
+    assert table["rows"]["euclidean"]["oahu_vs"]["oahu"]["outcome"] == "win"
+    line = next(ln for ln in markdown_table(table).splitlines() if ln.startswith("| oahu |"))
+    assert line.startswith("| oahu | 0.960 ± 0.010 | 0.980 ± 0.000 | 0.990 ± 0.000 |")
+
+
+def test_summary_puts_datasets_side_by_side_and_marks_where_the_default_beats_all(table):
+    other = json.loads(json.dumps(table))
+    other["dataset"] = "letter"
+    table["rows"]["oahu (default)"] = dict(table["rows"]["oahu"])
+    other["rows"]["oahu (default)"] = dict(other["rows"]["oasis"])  # level with OASIS: no win
+    table.update(command="c", constraints=10)
+    other.update(command="c", constraints=10)
+    for t in (table, other):
+        for cells in t["rows"].values():
+            cells["command"] = "x"
+    report = markdown_report([table, other])
+    assert report.startswith("| Method | fashion-mnist | letter |")
+    # On fashion-mnist OASIS (0.05) beats the default (0.11): no star; on letter it ties.
+    assert "| oahu (default) | 0.1100 | **0.0500** |" in report
+    assert "| oasis | **0.0500** | **0.0500** |" in report

@@ -110,3 +110,18 @@ def test_bad_query_shape_names_the_field(kind: str) -> None:
     index = make_index(kind, emb([[0.0, 1.0]]))
     with pytest.raises(ValueError, match="queries"):
         index.search(np.zeros((2, 1, 2), dtype=np.float32), k=1)
+
+
+@pytest.mark.parametrize("kind", EXACT_KINDS)
+def test_classify_leave_one_out_never_counts_the_query_itself(kind: str) -> None:
+    # Items 0 and 1 are class 0, item 2 class 1; item 1 lies nearer item 2 than item 0.
+    index = make_index(kind, emb([[0.0], [3.0], [4.0]]), labels=np.array([0, 0, 1]))
+    queries = emb([[0.0], [3.0], [4.0]])
+    alpha = np.array([1.0])
+    assert classify(index, queries, alpha, k=1).labels.tolist() == [0, 0, 1]  # each itself
+    # Without itself: 0's nearest other is 1 (class 0); 1's is 2 (class 1); 2's is 1 (class 0).
+    out = classify(index, queries, alpha, k=1, exclude=np.array([0, 1, 2]))
+    assert out.labels.tolist() == [0, 1, 0]
+    # A row outside a query's k + 1 nearest leaves its k nearest as they were.
+    out = classify(index, emb([[0.0]]), alpha, k=1, exclude=np.array([2]))
+    assert out.labels.tolist() == [0]

@@ -89,4 +89,6 @@ def test_unknown_dataset_name_lists_the_choices():
         ValueError, match="unknown name 'mnist'; choose one of digits, fashion-mnist"
     ):
         load_dataset("mnist")
-    assert DATASETS == ("digits", "fashion-mnist")
+    assert DATASETS[:3] == ("digits", "fashion-mnist", "letter") and len(DATASETS) == 9
+    with pytest.raises(ValueError, match=r"or give the path of a labelled \.npz, \.csv"):
+        load_dataset("mnist")

@@ -9,6 +9,7 @@ import textwrap
 
 from oahu.checks import check_number
 from oahu.cli.stream_arguments import add_stream_arguments
+from oahu.streams.datasets import Dataset, load_dataset
 from oahu.streams.drift import DRIFTS, build_drift_stream
 from oahu.streams.groupings import DRIFT_GROUPINGS, GROUPINGS, grouping_for
 from oahu.streams.hierarchy import build_hierarchy_stream
@@ -171,6 +172,13 @@ def _build(args: argparse.Namespace) -> ConstraintStream:
 
 
 def _build_clean(args: argparse.Namespace) -> ConstraintStream:
+    if args.split != "items" and (
+        args.kind == "quadruplet" or args.hierarchy is not None or args.drift is not None
+    ):
+        raise ValueError(
+            f"--split {args.split}: only for a plain triplet or pair stream (no --drift, no "
+            "--kind quadruplet)"
+        )
     if args.kind == "quadruplet" or args.hierarchy is not None:
         return _build_hierarchy(args)
     protocol = args.protocol or "closure"
@@ -183,7 +191,15 @@ def _build_clean(args: argparse.Namespace) -> ConstraintStream:
         ):
             if value is not None:
                 raise ValueError(f"{option}: only with --drift, got {value}")
-        return build_stream(args.dataset, args.constraints, args.seed, args.kind, protocol)
+        return build_stream(
+            args.dataset,
+            args.constraints,
+            args.seed,
+            args.kind,
+            protocol,
+            split=args.split,
+            label_column=args.label_column,
+        )
     if args.drift_at is None:
         raise ValueError(f"--drift-at: required with --drift {args.drift}")
     if args.drift == "gradual" and args.drift_width is None:
@@ -196,7 +212,7 @@ def _build_clean(args: argparse.Namespace) -> ConstraintStream:
     # Checked before the dataset loads; None: the dataset's drift default.
     grouping = grouping_for(args.dataset, args.grouping) if args.drift in GROUPED_DRIFTS else None
     return build_drift_stream(
-        args.dataset,
+        _dataset(args),
         args.constraints,
         args.seed,
         args.drift,
@@ -230,7 +246,14 @@ def _build_hierarchy(args: argparse.Namespace) -> ConstraintStream:
         if value is not None:
             raise ValueError(f"{option}: not with --kind quadruplet ({why}), got {value}")
     grouping = grouping_for(args.dataset, args.hierarchy)
-    return build_hierarchy_stream(args.dataset, args.constraints, args.seed, grouping)
+    return build_hierarchy_stream(_dataset(args), args.constraints, args.seed, grouping)
+
+
+def _dataset(args: argparse.Namespace) -> str | Dataset:
+    # A name stays a name where the builder looks up the dataset's groupings by it.
+    return (
+        args.dataset if args.label_column is None else load_dataset(args.dataset, args.label_column)
+    )
 
 
 def _describe_drift(stream: ConstraintStream) -> str:
@@ -273,7 +296,9 @@ def run(args: argparse.Namespace) -> int:
         stream.save(args.out)
     print(
         f"wrote {len(stream)} {stream.kind} constraints over {stream.n_items} {args.dataset} "
-        f"items ({len(stream.dev_idx)} development, {len(stream.test_idx)} test) to {args.out}"
+        f"items ({len(stream.dev_idx)} development, {len(stream.test_idx)} test"
+        + (", class-disjoint" if stream.meta.get("split") == "classes" else "")
+        + f") to {args.out}"
         + _describe_drift(stream)
         + _describe_hierarchy(stream)
         + _describe_noise(stream)

@@ -18,6 +18,7 @@ from oahu.experiments.stream_replay import ReplayStats, as_json_floats, replay
 from oahu.learners.oahu.config import PRESETS
 from oahu.registry import LEARNER_NAMES, check_params, learner_class, make_learner
 from oahu.settings import parse_settings
+from oahu.streams.datasets import load_dataset
 from oahu.streams.groupings import Grouping
 from oahu.streams.stream_file import ConstraintStream, build_stream, load_stream
 
@@ -216,8 +217,22 @@ def learner_params(args: argparse.Namespace) -> dict[str, Any]:
 
 def load_or_build_stream(args: argparse.Namespace, kind: str) -> ConstraintStream:
     if args.stream:
+        for option, value, default in (
+            ("--label-column", args.label_column, None),
+            ("--split", args.split, "items"),
+        ):
+            if value != default:
+                raise ValueError(f"{option}: only with --dataset (the stream file has its own)")
         return load_stream(args.stream)
-    return build_stream(args.dataset or "digits", args.constraints, args.seed, kind, args.protocol)
+    return build_stream(
+        args.dataset or "digits",
+        args.constraints,
+        args.seed,
+        kind,
+        args.protocol,
+        split=args.split,
+        label_column=args.label_column,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -242,8 +257,10 @@ def run(args: argparse.Namespace) -> int:
             source = load_stream(args.stream)
             n_features = source.n_features
         else:
-            source = args.dataset or "digits"
-            n_features = dataset_features(source)
+            if args.split != "items":
+                raise ValueError("--split: the annotator loop (--oracle) splits the items")
+            source = load_dataset(args.dataset or "digits", args.label_column)
+            n_features = source.n_features
         learner = make_learner(args.learner, n_features, **params)
         stream, stats = active_learning(
             learner, source, **active, seed=args.seed, progress=not args.no_progress
@@ -273,6 +290,7 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "learner": learner.name,
         "dataset": stream.meta.get("dataset"),
+        "split": stream.meta.get("split", "items"),
         "train_seconds": stats.seconds,
         "updates": learner.updates,
         "skipped": dict(learner.skipped),
@@ -337,12 +355,6 @@ def active_options(args: argparse.Namespace) -> dict[str, Any] | None:
         "initial": INITIAL,
         "protocol": args.protocol,
     }
-
-
-def dataset_features(name: str) -> int:
-    from oahu.streams.datasets import load_dataset
-
-    return load_dataset(name).n_features
 
 
 def format_report(r: dict[str, Any]) -> str:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from oahu.streams.datasets import DATASETS
+from oahu.streams.packaged_datasets import PACKAGED
+from oahu.streams.protocol import SPLITS
 from oahu.streams.stream_file import PROTOCOLS
 
 
@@ -13,15 +14,34 @@ def add_stream_arguments(
     parser: argparse.ArgumentParser, source: argparse._MutuallyExclusiveGroup | None = None
 ) -> None:
     """``--dataset`` (into ``source``, a group of alternatives, if given; else required),
-    ``--constraints``, ``--seed`` and ``--protocol``."""
+    ``--label-column``, ``--split``, ``--constraints``, ``--seed`` and ``--protocol``."""
     (source or parser).add_argument(
         "--dataset",
-        choices=DATASETS,
         required=source is None,
         default=None,
-        help="the dataset to build the paper's stream from: digits (scikit-learn, bundled) or "
-        "fashion-mnist (Debian package dataset-fashion-mnist)"
+        metavar="NAME|PATH",
+        help="the dataset to build the paper's stream from: a built-in name (digits, bundled "
+        "with scikit-learn; fashion-mnist, Debian package dataset-fashion-mnist; "
+        + ", ".join(PACKAGED)
+        + ", fetched once into the data cache by `oahu datasets fetch`) or the path of your own "
+        "labelled .npz (arrays X, y), .csv, .tsv or .parquet file (see --label-column)"
         + ("" if source is None else " (default: digits)"),
+    )
+    parser.add_argument(
+        "--label-column",
+        default=None,
+        metavar="NAME",
+        help="with --dataset PATH of a .csv, .tsv or .parquet file: the column holding each "
+        "row's class label; every other column is a numeric feature (default: label)",
+    )
+    parser.add_argument(
+        "--split",
+        choices=SPLITS,
+        default="items",
+        help="items: the paper's classification protocol, a seeded 1:1 split of the items into "
+        "development (constraints) and test (evaluation); classes: its class-disjoint retrieval "
+        "protocol (Section 4.5), constraints from the items of a seeded half of the classes, "
+        "evaluation on the other half, never seen (default: items)",
     )
     parser.add_argument(
         "--constraints",

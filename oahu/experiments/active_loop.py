@@ -25,6 +25,7 @@ from oahu.active import suggest
 from oahu.checks import check_choice, check_int, check_number
 from oahu.experiments.stream_replay import ReplayStats, replay
 from oahu.learner import Learner
+from oahu.streams.datasets import Dataset
 from oahu.streams.stream_file import ConstraintStream, build_stream
 
 # --oracle -> the suggestion strategy it asks (None: the paper's random protocol).
@@ -110,7 +111,7 @@ def answered_triplets(questions: np.ndarray, answers: np.ndarray) -> np.ndarray:
 
 def active_learning(
     learner: Learner,
-    source: str | ConstraintStream,
+    source: str | Dataset | ConstraintStream,
     oracle: str,
     budget: int,
     batch: int,
@@ -126,9 +127,10 @@ def active_learning(
 ) -> tuple[ConstraintStream, ActiveStats]:
     """Prepare ``learner`` on the development split and teach it ``budget`` labels' worth.
 
-    ``source`` is a dataset name (the paper's protocol streams are built from it with ``seed``
-    and ``protocol``) or a triplet stream whose first constraints are the protocol's and whose
-    development labels answer the questions. ``oracle`` is a key of :data:`ORACLES`. Returns the
+    ``source`` is a dataset (a name, a path or a :class:`~oahu.streams.datasets.Dataset`: the
+    paper's protocol streams are built from it with ``seed`` and ``protocol``) or a triplet
+    stream whose first constraints are the protocol's and whose development labels answer the
+    questions. ``oracle`` is a key of :data:`ORACLES`. Returns the
     stream (its items, splits and labels, for evaluation) and :class:`ActiveStats`.
     ``at_checkpoint(n, stream)`` runs once ``n`` labels are used, for each n of ``checkpoints``
     (a learning curve in one run: rounds are cut to land on them; its time is not counted).
@@ -226,11 +228,11 @@ def active_learning(
 
 
 def _protocol_stream(
-    source: str | ConstraintStream, n: int, seed: int, protocol: str
+    source: str | Dataset | ConstraintStream, n: int, seed: int, protocol: str
 ) -> ConstraintStream:
     """The first ``n`` constraints of the paper's protocol: built from a dataset name, or cut
     from a given stream."""
-    if isinstance(source, str):
+    if isinstance(source, (str, Dataset)):
         return build_stream(source, n, seed, "triplet", protocol)
     if source.kind != "triplet":
         raise ValueError(

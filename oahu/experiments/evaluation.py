@@ -1,8 +1,12 @@
 """Evaluating a learned metric the way the paper does (Section 4).
 
-The development split is the kNN gallery and the test split the queries: error rate and macro-F1 of
-Eq. 23-25 classification, ROC AUC of the continuous verification score on a fixed sample of test
-pairs, and Recall@K (Section 4.5.2) retrieving within the test split with each query excluded.
+The development split is the kNN gallery and the test split the queries: error rate and macro-F1
+of Eq. 23-25 classification (leave-one-out within the test split when the gallery is the test
+split itself, as in the class-disjoint protocol, whose test classes have no development items);
+verification as in the paper's LFW experiment (Section 4.4), the ROC AUC of the continuous Eq. 26
+score over a fixed, seeded sample of test pairs, half of one class and half of two
+(:func:`verification_pairs`); and Recall@K (Section 4.5.2) retrieving within the test split with
+each query excluded.
 Given a coarse labelling of the items as well (a two-level label hierarchy, class within group:
 :mod:`oahu.streams.groupings`), the same retrieval is also scored by graded nDCG@10
 (:func:`graded_ndcg`): full credit for the query's class, half for another class of its group.
@@ -96,11 +100,13 @@ def classification_quality(
     query_labels: np.ndarray,
     k: int = 5,
     index_kind: str = "exact",
+    exclude: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """Eq. 23-25 kNN classification of embedded ``queries`` against the gallery, scored:
-    ``error``, ``macro_f1``, each depth's own ``depth_error`` and the gallery's ``depth_spread``."""
+    ``error``, ``macro_f1``, each depth's own ``depth_error`` and the gallery's ``depth_spread``.
+    ``exclude``: per query, the gallery row it must not count as its own neighbour."""
     gallery = index_gallery(learner, gallery_x, np.asarray(gallery_y), kind=index_kind)
-    found = classify(gallery.index, queries, learner.alpha, k=k, per_depth=True)
+    found = classify(gallery.index, queries, learner.alpha, k=k, per_depth=True, exclude=exclude)
     return {
         "error": float(np.mean(found.labels != query_labels)),
         "macro_f1": float(f1_score(query_labels, found.labels, average="macro")),
@@ -253,8 +259,18 @@ def evaluate(
     queries = learner.embed(X[query_idx[subset]], role="query")
     query_labels = y[query_idx[subset]]
 
+    # A gallery that is the query set itself (the class-disjoint protocol: the unseen classes
+    # have no development items) classifies leave-one-out: a query is never its own neighbour.
+    leave_one_out = np.array_equal(np.asarray(gallery_idx), query_idx)
     quality = classification_quality(
-        learner, X[gallery_idx], y[gallery_idx], queries, query_labels, k, index_kind
+        learner,
+        X[gallery_idx],
+        y[gallery_idx],
+        queries,
+        query_labels,
+        k,
+        index_kind,
+        exclude=subset if leave_one_out else None,
     )
 
     # The whole query split is the retrieval gallery; a similarity learner embeds it differently.

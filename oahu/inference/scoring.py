@@ -61,10 +61,13 @@ def classify(
     alpha: np.ndarray,
     k: int = 5,
     per_depth: bool = False,
+    exclude: np.ndarray | None = None,
 ) -> Classification:
     """kNN classification of Eq. 23-25 over all depths (ties go to the smallest label); with
     ``per_depth``, also each depth's own prediction from the same neighbours (which shows a head
-    that is worse than the others, e.g. a collapsed one).
+    that is worse than the others, e.g. a collapsed one). ``exclude`` optionally gives, per
+    query, one gallery row that is never its neighbour (leave-one-out, when the gallery holds
+    the queries themselves).
 
     >>> from oahu.inference import make_index
     >>> gallery = np.array([[[0.0], [1.0], [10.0]], [[0.0], [9.0], [10.0]]], np.float32)
@@ -76,7 +79,10 @@ def classify(
     """
     if index.classes is None:
         raise ValueError("index: the gallery has no labels to classify with")
-    dissim, pos = index.search(queries, k)
+    if exclude is None:
+        dissim, pos = index.search(queries, k)
+    else:
+        dissim, pos = _search_excluding(index, queries, k, np.asarray(exclude))
     scores = neighbour_scores(dissim, alpha)
     classes, class_of_item = index.classes, index.class_of_item
     n_queries = queries.shape[1]
@@ -98,6 +104,17 @@ def classify(
             [classes[predict(alone[l], flat[l]).argmax(axis=1)] for l in range(len(pos))]
         )
     return Classification(classes[class_scores.argmax(axis=1)], classes, class_scores, depth_labels)
+
+
+def _search_excluding(
+    index: GalleryIndex, queries: np.ndarray, k: int, exclude: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each depth's k nearest gallery rows other than the query's ``exclude`` row."""
+    dissim, pos = index.search(queries, k + 1)
+    drop = pos == exclude[None, :, None]
+    drop[..., -1] |= ~drop.any(axis=-1)  # the row was not among them: the (k+1)-th goes
+    keep = np.argsort(drop, axis=-1, kind="stable")[..., :k]
+    return np.take_along_axis(dissim, keep, -1), np.take_along_axis(pos, keep, -1)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,747 @@
+"""A user's own labelled dataset, read from a file or taken from arrays, as a :class:`Dataset`.
+
+:func:`read_dataset` picks the format by the file's suffix (case-insensitive):
+
+* ``.npz``: a NumPy archive with an array ``X`` (n, d) of numbers and an array ``y`` (n,) of
+  labels (integers or strings; arrays of Python objects are not read, as ``np.load`` with
+  ``allow_pickle=False``).
+* ``.csv`` (comma-separated) and ``.tsv`` (tab-separated), optionally gzipped (``.csv.gz``,
+  ``.tsv.gz``), UTF-8: a header row naming the columns is required; the label column is
+  ``label`` unless ``label_column`` names another, and every other column is a feature, whose
+  cells must be finite numbers. A label cell that is empty or ``nan`` (as pandas and numpy
+  write a missing value) is a missing label, an error. Blank lines are skipped; whitespace
+  around a cell is ignored. ::
+
+      sepal_length,sepal_width,label
+      5.1,3.5,setosa
+      7.0,3.2,versicolor
+
+* ``.parquet``: a table whose label column follows the same rules, and whose other columns are
+  numeric (read with pyarrow, which is needed only for this format).
+
+Labels become the class codes 0..C-1 in the sorted order of the distinct labels; a file's labels
+are text, compared as integers when every one of them is an integer (``"9"`` before ``"10"``).
+``class_names`` keeps the original label of each code, and is empty when the labels were the
+integers 0..C-1 already. Features are kept as given, as float32: nothing is rescaled (unlike the
+built-in datasets of :mod:`oahu.streams.datasets`, scaled to [0, 1]), since scaling belongs to
+the learners' input preprocessing (:mod:`oahu.preprocessing`), which sees every item the same way.
+
+Every problem raises ``ValueError`` (``FileNotFoundError`` for a missing file) whose message
+starts with the file's path, then names the line (1-based line of the file; for parquet, the
+1-based row of the table) and the column::
+
+    data.csv: line 17, column 'petal_width': 'abc' is not a number
+
+:func:`dataset_from_arrays` applies the same checks to arrays (positions are 0-based indices
+there), and :func:`write_dataset_csv` writes a dataset back to CSV or TSV, float32 exactly.
+
+>>> import tempfile, pathlib
+>>> path = pathlib.Path(tempfile.mkdtemp()) / "iris.csv"
+>>> _ = path.write_text("a,b,label\\n5.1,3.5,setosa\\n7.0,3.2,versicolor\\n6.3,3.3,setosa\\n")
+>>> ds = read_dataset(path)
+>>> ds.name, ds.X.shape, ds.y.tolist(), ds.class_names
+('iris', (3, 2), [0, 1, 0], ('setosa', 'versicolor'))
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+import os
+import pickle
+import re
+import zipfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from oahu.streams.atomic import atomic_open
+from oahu.streams.datasets import Dataset
+
+__all__ = [
+    "DEFAULT_LABEL_COLUMN",
+    "SUFFIXES",
+    "dataset_from_arrays",
+    "read_dataset",
+    "write_dataset_csv",
+]
+
+# The suffixes read_dataset knows, compound ones before the plain ones they end with.
+SUFFIXES: tuple[str, ...] = (".csv.gz", ".tsv.gz", ".csv", ".tsv", ".npz", ".parquet")
+_DELIMITERS = {".csv": ",", ".tsv": "\t", ".csv.gz": ",", ".tsv.gz": "\t"}
+
+DEFAULT_LABEL_COLUMN = "label"
+
+# Cells converted to numbers at a time: one np.array call per block of rows keeps the parsing
+# in C (about 10x faster than float() per cell) while holding only a block of strings at once.
+_BLOCK_CELLS = 1 << 18
+
+# A file's label that is exactly an integer in decimal; int() alone would also take "1_000",
+# " 7" or non-ASCII digits, which a label column does not mean as numbers.
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+
+_MAX_LISTED = 10  # header columns or archive arrays named in an error before "... N more"
+
+
+class _LabelError(ValueError):
+    """A bad label at 0-based position ``index`` (None: the labels as a whole)."""
+
+    def __init__(self, index: int | None, problem: str) -> None:
+        super().__init__(problem)
+        self.index = index
+        self.problem = problem
+
+
+# ------------------------------------------------------------------ arrays
+def dataset_from_arrays(X: Any, y: Any, name: str = "arrays") -> Dataset:
+    """A :class:`Dataset` from features ``X`` (n, d) and labels ``y`` (n,), checked.
+
+    ``X``: finite numbers, at least one column; kept as given (not rescaled), copied to a
+    float32 C-contiguous array. ``y``: one hashable label per row (integers, strings, any
+    numpy scalars), none missing (None, NaN, empty string), at least two distinct. Labels
+    become the codes 0..C-1 in their sorted order, and ``class_names`` their text in code
+    order; labels that are the integers 0..C-1 already keep ``class_names`` empty. Both
+    arrays are returned read-only. Errors name the argument and the 0-based position.
+
+    >>> ds = dataset_from_arrays([[0.5, 2.0], [1.0, 0.0], [3.0, 1.5]], ["dog", "cat", "dog"])
+    >>> ds.X.dtype.name, ds.y.tolist(), ds.class_names
+    ('float32', [1, 0, 1], ('cat', 'dog'))
+    >>> dataset_from_arrays([[0.5], [1.0]], [1, 0]).class_names
+    ()
+    >>> dataset_from_arrays([[0.5], [float("nan")]], [1, 0])
+    Traceback (most recent call last):
+    ...
+    ValueError: X: non-finite value nan at row 1, column 0
+    >>> dataset_from_arrays([[0.5], [1.0]], [7, 7])
+    Traceback (most recent call last):
+    ...
+    ValueError: y: a single class (7); metric learning needs at least 2
+    """
+    if not isinstance(name, str):
+        raise ValueError(f"name: must be a string, got {name!r}")
+    features = _features_from_array(X)
+    labels = _labels_array(y)
+    if len(labels) != len(features):
+        raise ValueError(
+            f"y: expected 1 label per row of X ({len(features)} rows), got {len(labels)}"
+        )
+    try:
+        codes, class_names = _codes_from_array(labels)
+    except _LabelError as e:
+        where = "" if e.index is None else f" at row {e.index}"
+        raise ValueError(f"y: {e.problem}{where}") from None
+    return _dataset(name, features, codes, class_names)
+
+
+def _features_from_array(X: Any) -> np.ndarray:
+    """``X`` as a new float32 (n, d) array, or a ValueError naming the offending cell."""
+    try:
+        arr = np.asarray(X)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"X: not a 2-d array of numbers: {_ragged(X) or e}") from None
+    if arr.ndim != 2:
+        raise ValueError(f"X: expected a 2-d array (n_items, n_features), got shape {arr.shape}")
+    if arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ValueError(f"X: expected at least 1 row and 1 column, got shape {arr.shape}")
+    if arr.dtype.kind not in "biuf":
+        # Object, string or complex arrays: name the first cell that is not a real number
+        # rather than letting a conversion turn None into nan or "1.5" into 1.5.
+        for (row, col), value in np.ndenumerate(arr):
+            if not _is_real(value):
+                hint = ""
+                if arr.dtype.kind in "US":
+                    hint = f" (X holds text, dtype {arr.dtype}: convert it to numbers first)"
+                raise ValueError(
+                    f"X: non-numeric value {_plain(value)!r} at row {row}, column {col}{hint}"
+                )
+    try:
+        wide = arr.astype(np.float64)
+    except (OverflowError, TypeError, ValueError) as e:
+        raise ValueError(f"X: not convertible to float: {e}") from None
+    bad = ~np.isfinite(wide)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(
+            f"X: non-finite value {_plain(arr[row, col])!r} at row {row}, column {col}"
+        )
+    # float32 is what the learners take; a finite float64 beyond its range would become inf.
+    with np.errstate(over="ignore"):  # checked right below, with the cell named
+        features = np.array(wide, dtype=np.float32, order="C")
+    bad = ~np.isfinite(features)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        raise ValueError(
+            f"X: value {_plain(arr[row, col])!r} at row {row}, column {col} "
+            "is outside the float32 range"
+        )
+    return features
+
+
+def _ragged(X: Any) -> str | None:
+    """Which row of a nested sequence ``X`` differs in length from row 0, if one does."""
+    try:
+        lengths = [len(row) for row in X]
+    except TypeError:
+        return None
+    for row, length in enumerate(lengths):
+        if length != lengths[0]:
+            return f"row {row} has {length} values, row 0 has {lengths[0]}"
+    return None
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating | np.bool_)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds, for a message's repr."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _labels_array(y: Any) -> np.ndarray:
+    try:
+        labels = np.asarray(y)
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"y: not a 1-d array of labels: {e}") from None
+    if labels.ndim != 1:
+        raise ValueError(f"y: expected a 1-d array of labels, got shape {labels.shape}")
+    if labels.dtype.kind == "V":
+        raise ValueError(f"y: expected integers or strings as labels, got dtype {labels.dtype}")
+    return labels
+
+
+def _codes_from_array(labels: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Codes 0..C-1 in the sorted order of the distinct ``labels``, and their names."""
+    missing = _missing(labels)
+    if missing.any():
+        raise _LabelError(int(np.argmax(missing)), "missing label")
+    try:
+        distinct, codes = np.unique(labels, return_inverse=True)
+    except TypeError:
+        kinds = sorted({type(v).__name__ for v in labels})
+        raise _LabelError(
+            None, f"labels of types {' and '.join(kinds)} cannot be sorted together"
+        ) from None
+    if len(distinct) < 2:
+        raise _LabelError(
+            None, f"a single class ({_plain(distinct[0])!r}); metric learning needs at least 2"
+        )
+    codes = codes.reshape(-1).astype(np.int64)
+    if _are_codes(distinct):
+        return codes, ()
+    names = tuple(_text(v) for v in distinct)
+    if len(set(names)) != len(names):
+        # Distinct labels that print the same would merge into one class when written out.
+        seen: dict[str, Any] = {}
+        for value, text in zip(distinct, names, strict=True):
+            if text in seen:
+                raise _LabelError(
+                    None,
+                    f"labels {_plain(seen[text])!r} and {_plain(value)!r} are distinct "
+                    f"but both read {text!r}",
+                )
+            seen[text] = value
+    return codes, names
+
+
+def _missing(labels: np.ndarray) -> np.ndarray:
+    """Which labels are missing: None, NaN (or NaT), or blank text."""
+    kind = labels.dtype.kind
+    if kind in "fc":
+        return np.isnan(labels)
+    if kind in "mM":
+        return np.isnat(labels)
+    if kind in "US":
+        return np.char.str_len(np.char.strip(labels)) == 0
+    if kind == "O":
+        return np.fromiter((_is_missing(v) for v in labels), dtype=bool, count=len(labels))
+    return np.zeros(len(labels), dtype=bool)
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, str | bytes):
+        return not value.strip()
+    if isinstance(value, float | np.floating):
+        return math.isnan(value)
+    return False
+
+
+def _are_codes(distinct: np.ndarray) -> bool:
+    """Whether the sorted distinct labels are exactly the integers 0..C-1 (bools are not)."""
+    if distinct.dtype.kind == "O":
+        if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in distinct):
+            return False
+    elif distinct.dtype.kind not in "iu":
+        return False
+    return bool(np.array_equal(distinct.astype(object), np.arange(len(distinct))))
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="backslashreplace")
+    return str(_plain(value))
+
+
+def _dataset(
+    name: str, features: np.ndarray, codes: np.ndarray, class_names: tuple[str, ...]
+) -> Dataset:
+    features.setflags(write=False)
+    codes.setflags(write=False)
+    return Dataset(name, features, codes, class_names)
+
+
+# ------------------------------------------------------------------ files
+def read_dataset(path: str | os.PathLike[str], label_column: str | None = None) -> Dataset:
+    """The labelled dataset in ``path`` (.npz, .csv, .tsv, .csv.gz, .tsv.gz or .parquet; see
+    the module docstring), named after the file without its suffix.
+
+    ``label_column`` names the label column of a csv/tsv/parquet file (default ``"label"``).
+    Errors start with ``path`` and name the line (or row) and the column.
+
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "points.tsv"
+    >>> _ = path.write_text("x\\ty\\tkind\\n1\\t2\\t10\\n3\\t4\\t9\\n5\\t6\\t10\\n")
+    >>> ds = read_dataset(path, label_column="kind")
+    >>> ds.name, ds.X.tolist(), ds.y.tolist(), ds.class_names
+    ('points', [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], [1, 0, 1], ('9', '10'))
+    >>> _ = path.write_text("x\\ty\\tkind\\n1\\t2\\t10\\n3\\tfour\\t9\\n")
+    >>> read_dataset(path, label_column="kind")
+    Traceback (most recent call last):
+    ...
+    ValueError: .../points.tsv: line 3, column 'y': 'four' is not a number
+    """
+    shown = os.fspath(path)
+    if label_column is not None and not isinstance(label_column, str):
+        raise ValueError(f"label_column: must be a column name (a string), got {label_column!r}")
+    suffix = _suffix(shown)
+    if suffix is None:
+        raise ValueError(
+            f"{shown}: unknown file type; read_dataset reads files ending in "
+            f"{', '.join(SUFFIXES)} (case-insensitive)"
+        )
+    file = Path(shown)
+    if not file.exists():
+        raise FileNotFoundError(f"{shown}: no such file")
+    if not file.is_file():
+        raise ValueError(f"{shown}: not a file")
+    name = file.name[: -len(suffix)]
+    if suffix == ".npz":
+        if label_column is not None:
+            raise ValueError(
+                f"{shown}: label_column applies only to .csv/.tsv/.parquet files; "
+                "a .npz archive holds its labels in the array 'y'"
+            )
+        return _read_npz(file, shown, name)
+    label_column = DEFAULT_LABEL_COLUMN if label_column is None else label_column
+    if suffix == ".parquet":
+        return _read_parquet(file, shown, name, label_column)
+    return _read_delimited(file, shown, name, label_column, _DELIMITERS[suffix])
+
+
+def _suffix(path: str) -> str | None:
+    lower = os.path.basename(path).lower()
+    return next((s for s in SUFFIXES if lower.endswith(s) and len(lower) > len(s)), None)
+
+
+def _listing(names: Sequence[str]) -> str:
+    shown = ", ".join(repr(n) for n in names[:_MAX_LISTED])
+    more = len(names) - _MAX_LISTED
+    return f"{shown}, ... ({more} more)" if more > 0 else shown
+
+
+def _read_npz(file: Path, shown: str, name: str) -> Dataset:
+    try:
+        archive = np.load(file, allow_pickle=False)
+    except ValueError as e:
+        raise ValueError(f"{shown}: not a .npz archive: {e}") from None
+    except (OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
+        raise ValueError(f"{shown}: not a readable .npz archive: {e}") from None
+    if isinstance(archive, np.ndarray):  # a .npy file under a .npz name
+        raise ValueError(f"{shown}: a single .npy array, not a .npz archive of arrays 'X' and 'y'")
+    with archive:
+        present = list(archive.files)
+        missing = [key for key in ("X", "y") if key not in present]
+        if missing:
+            held = f"arrays {_listing(present)}" if present else "no arrays"
+            raise ValueError(
+                f"{shown}: missing array {' and '.join(map(repr, missing))}; "
+                f"the archive holds {held}"
+            )
+        arrays = {}
+        for key in ("X", "y"):
+            try:
+                arrays[key] = archive[key]
+            except ValueError:
+                # Object arrays are pickles, which could run code while loading: never read.
+                raise ValueError(
+                    f"{shown}: array {key!r} holds Python objects, which are not read "
+                    "(allow_pickle=False); store X as numbers and y as integers or strings"
+                ) from None
+            except (OSError, EOFError, zipfile.BadZipFile) as e:
+                raise ValueError(f"{shown}: array {key!r} is unreadable: {e}") from None
+    try:
+        return dataset_from_arrays(arrays["X"], arrays["y"], name)
+    except ValueError as e:
+        raise ValueError(f"{shown}: {e}") from None
+
+
+def _read_delimited(
+    file: Path, shown: str, name: str, label_column: str, delimiter: str
+) -> Dataset:
+    """A csv/tsv file, row by row, converting blocks of rows to numbers at once."""
+    # utf-8-sig: spreadsheet exports often begin with a byte-order mark, which would otherwise
+    # become part of the first column's name.
+    if file.name.lower().endswith(".gz"):
+        fh = gzip.open(file, "rt", encoding="utf-8-sig", newline="")
+    else:
+        fh = open(file, encoding="utf-8-sig", newline="")
+    reader = csv.reader(fh, delimiter=delimiter, strict=True)
+    try:
+        with fh:
+            return _parse_rows(_records(reader, shown), shown, name, label_column)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{shown}: not UTF-8 text: {e}") from None
+    except gzip.BadGzipFile as e:
+        raise ValueError(f"{shown}: not a gzip file: {e}") from None
+    except EOFError:
+        raise ValueError(f"{shown}: the gzip data ends early (a truncated file?)") from None
+
+
+def _records(reader: Any, shown: str) -> Iterator[tuple[int, list[str]]]:
+    """The non-blank rows of ``reader``, each with the line of the file it starts on."""
+    end = 0
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            hint = " (a quoted field left open?)" if "end of data" in str(e) else ""
+            raise ValueError(f"{shown}: line {end + 1}: {e}{hint}") from None
+        # A quoted field may span lines: reader.line_num is the row's last line, not its first.
+        line, end = end + 1, reader.line_num
+        if row:
+            yield line, row
+
+
+def _parse_rows(
+    records: Iterator[tuple[int, list[str]]], shown: str, name: str, label_column: str
+) -> Dataset:
+    header_line, header = next(records, (0, []))
+    if not header:
+        raise ValueError(
+            f"{shown}: empty file; expected a header row naming the columns, "
+            f"e.g. x0,x1,{label_column}"
+        )
+    columns = [cell.strip() for cell in header]
+    label_index = _label_index(columns, label_column, shown, f"the header (line {header_line})")
+    feature_names = columns[:label_index] + columns[label_index + 1 :]
+    n_columns = len(columns)
+    block_rows = max(1, _BLOCK_CELLS // len(feature_names))
+
+    blocks: list[np.ndarray] = []
+    labels: list[str] = []
+    rows: list[list[str]] = []
+    lines: list[int] = []
+    for line, row in records:
+        if len(row) != n_columns:
+            raise ValueError(
+                f"{shown}: line {line} has {len(row)} fields, the header has {n_columns}"
+            )
+        label = row.pop(label_index).strip()
+        if not label or label.lower() == "nan":
+            # pandas writes a missing label as "" and numpy as "nan": neither is a class.
+            raise ValueError(f"{shown}: line {line}, column {label_column!r}: missing label")
+        labels.append(label)
+        rows.append(row)
+        lines.append(line)
+        if len(rows) == block_rows:
+            blocks.append(_numbers(rows, lines, feature_names, shown))
+            rows, lines = [], []
+    if rows:
+        blocks.append(_numbers(rows, lines, feature_names, shown))
+    if not labels:
+        raise ValueError(f"{shown}: no data rows after the header (line {header_line})")
+    codes, class_names = _codes_from_text(labels, f"{shown}: column {label_column!r}")
+    return _dataset(name, np.concatenate(blocks), codes, class_names)
+
+
+def _label_index(columns: list[str], label_column: str, shown: str, header: str) -> int:
+    """Where ``label_column`` is among ``columns`` (those of ``header``, for messages)."""
+    if label_column not in columns:
+        hint = ""
+        if header.startswith("the header") and all(_is_number(c) for c in columns):
+            hint = "; the first line looks like data: the file needs a header row naming columns"
+        raise ValueError(
+            f"{shown}: no label column {label_column!r} in {header}; "
+            f"its columns are {_listing(columns)}{hint}"
+        )
+    repeated = sorted({c for c in columns if columns.count(c) > 1})
+    if repeated:
+        # A column named twice makes the label column, or any message naming it, ambiguous.
+        places = [i + 1 for i, c in enumerate(columns) if c == repeated[0]]
+        raise ValueError(
+            f"{shown}: {header} names column {repeated[0]!r} more than once "
+            f"(columns {', '.join(map(str, places))})"
+        )
+    if len(columns) < 2:
+        raise ValueError(
+            f"{shown}: {header} has only the label column {label_column!r}; "
+            "at least 1 feature column is needed"
+        )
+    return columns.index(label_column)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _numbers(
+    rows: list[list[str]], lines: list[int], feature_names: list[str], shown: str
+) -> np.ndarray:
+    """A block of text rows as float32, or a ValueError naming the first bad cell's place."""
+    try:
+        wide = np.array(rows, dtype=np.float64)
+    except ValueError:
+        # Only now look cell by cell, for the one numpy could not parse.
+        for row, line in zip(rows, lines, strict=True):
+            for cell, column in zip(row, feature_names, strict=True):
+                if not _is_number(cell):
+                    where = f"{shown}: line {line}, column {column!r}"
+                    if not cell.strip():
+                        raise ValueError(f"{where}: missing value") from None
+                    raise ValueError(f"{where}: {cell.strip()!r} is not a number") from None
+        raise
+    # float32 is what the learners take; a finite float64 beyond its range would become inf,
+    # so one check of the float32 block finds both kinds of bad cell.
+    with np.errstate(over="ignore"):
+        block = wide.astype(np.float32)
+    bad = ~np.isfinite(block)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        cell = rows[row][col].strip()
+        where = f"{shown}: line {lines[row]}, column {feature_names[col]!r}"
+        if not math.isfinite(wide[row, col]):
+            raise ValueError(f"{where}: non-finite value {cell!r}")
+        raise ValueError(f"{where}: {cell!r} is outside the float32 range")
+    return block
+
+
+def _codes_from_text(labels: Sequence[str], where: str) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Codes for a file's text labels: sorted as integers when all are, else as text."""
+    distinct = set(labels)
+    if all(_INTEGER.fullmatch(s) for s in distinct):
+        # Ties by text keep "07" and "7" apart: they are different labels in the file.
+        order = sorted(distinct, key=lambda s: (int(s), s))
+    else:
+        order = sorted(distinct)
+    if len(order) < 2:
+        raise ValueError(
+            f"{where}: a single class ({order[0]!r}); metric learning needs at least 2"
+        )
+    index = {label: code for code, label in enumerate(order)}
+    codes = np.fromiter((index[s] for s in labels), dtype=np.int64, count=len(labels))
+    if order == [str(code) for code in range(len(order))]:
+        return codes, ()
+    return codes, tuple(order)
+
+
+def _read_parquet(file: Path, shown: str, name: str, label_column: str) -> Dataset:
+    try:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+    except ImportError:
+        # pyarrow is large and only this format needs it, so it is not a dependency of oahu.
+        raise ImportError(
+            f"{shown}: reading .parquet files needs pyarrow: pip install pyarrow"
+        ) from None
+    try:
+        table = pq.read_table(file)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise ValueError(f"{shown}: not a readable parquet file: {e}") from None
+    columns = [str(c) for c in table.column_names]
+    label_index = _label_index(columns, label_column, shown, "the table")
+    n = table.num_rows
+    if n == 0:
+        raise ValueError(f"{shown}: the table has no rows")
+
+    def first_null(column: Any) -> int:
+        return int(np.argmax(pc.is_null(column).to_numpy(zero_copy_only=False)))
+
+    feature_names = columns[:label_index] + columns[label_index + 1 :]
+    features = np.empty((n, len(feature_names)), dtype=np.float32)
+    for j, column_name in enumerate(feature_names):
+        column = table.column(column_name)
+        kind = column.type
+        if not (
+            pa.types.is_integer(kind)
+            or pa.types.is_floating(kind)
+            or pa.types.is_boolean(kind)
+            or pa.types.is_decimal(kind)
+        ):
+            raise ValueError(
+                f"{shown}: column {column_name!r} holds {kind} values; "
+                "feature columns must be numeric"
+            )
+        if column.null_count:
+            raise ValueError(
+                f"{shown}: row {first_null(column) + 1}, column {column_name!r}: missing value"
+            )
+        wide = column.cast(pa.float64()).to_numpy()
+        bad = ~np.isfinite(wide)
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ValueError(
+                f"{shown}: row {row + 1}, column {column_name!r}: "
+                f"non-finite value {float(wide[row])!r}"
+            )
+        with np.errstate(over="ignore"):
+            features[:, j] = wide
+        bad = ~np.isfinite(features[:, j])
+        if bad.any():
+            row = int(np.argmax(bad))
+            raise ValueError(
+                f"{shown}: row {row + 1}, column {column_name!r}: "
+                f"{float(wide[row])!r} is outside the float32 range"
+            )
+
+    labels = table.column(label_column)
+    where = f"{shown}: column {label_column!r}"
+    if labels.null_count:
+        row = first_null(labels)
+        raise ValueError(f"{shown}: row {row + 1}, column {label_column!r}: missing label")
+    if pa.types.is_dictionary(labels.type):
+        labels = labels.cast(labels.type.value_type)
+    if pa.types.is_string(labels.type) or pa.types.is_large_string(labels.type):
+        # Text labels follow the csv rules, so a table and its csv export agree on the codes.
+        texts = [s.strip() for s in labels.to_pylist()]
+        for row, text in enumerate(texts):
+            if not text or text.lower() == "nan":
+                raise ValueError(f"{shown}: row {row + 1}, column {label_column!r}: missing label")
+        codes, class_names = _codes_from_text(texts, where)
+    else:
+        try:
+            codes, class_names = _codes_from_array(_labels_array(labels.to_numpy()))
+        except _LabelError as e:
+            if e.index is None:
+                raise ValueError(f"{where}: {e.problem}") from None
+            raise ValueError(
+                f"{shown}: row {e.index + 1}, column {label_column!r}: {e.problem}"
+            ) from None
+    return _dataset(name, features, codes, class_names)
+
+
+# ------------------------------------------------------------------ writing
+def write_dataset_csv(
+    dataset: Dataset,
+    path: str | os.PathLike[str],
+    label_column: str = DEFAULT_LABEL_COLUMN,
+    delimiter: str = ",",
+) -> None:
+    """Write ``dataset`` as a csv (or tsv, with ``delimiter="\\t"``) file that
+    :func:`read_dataset` reads back to the same dataset, atomically; gzipped when ``path``
+    ends in ``.gz``.
+
+    The header is ``f0 .. f{d-1}`` and then ``label_column``; a row's label is its class name
+    when the dataset has them, else its code. Features are written with 9 significant digits,
+    which give back the identical float32.
+
+    >>> import tempfile, pathlib
+    >>> ds = dataset_from_arrays([[0.1, 2.0], [1e-7, -3.5]], ["b", "a"], name="tiny")
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "tiny.csv"
+    >>> write_dataset_csv(ds, path)
+    >>> print(path.read_text(), end="")
+    f0,f1,label
+    0.100000001,2,b
+    1.00000001e-07,-3.5,a
+    >>> again = read_dataset(path)
+    >>> bool((again.X == ds.X).all()), again.y.tolist(), again.class_names
+    (True, [1, 0], ('a', 'b'))
+    """
+    shown = os.fspath(path)
+    if not isinstance(label_column, str) or not label_column.strip():
+        raise ValueError(f"label_column: must be a non-empty column name, got {label_column!r}")
+    if label_column != label_column.strip():
+        raise ValueError(
+            f"label_column: {label_column!r} has surrounding whitespace, which reading strips"
+        )
+    if not isinstance(delimiter, str) or len(delimiter) != 1 or delimiter in '"\r\n0123456789.+-eE':
+        raise ValueError(
+            f"delimiter: must be one character that cannot occur in a number, got {delimiter!r}"
+        )
+    suffix = _suffix(shown)
+    if suffix in _DELIMITERS and _DELIMITERS[suffix] != delimiter:
+        raise ValueError(
+            f"delimiter: {delimiter!r} does not match {shown}: read_dataset splits {suffix} "
+            f"files on {_DELIMITERS[suffix]!r}"
+        )
+    X = np.asarray(dataset.X)
+    y = np.asarray(dataset.y)
+    if X.ndim != 2 or X.shape[1] == 0 or y.shape != (X.shape[0],):
+        raise ValueError(
+            f"dataset: expected X (n, d >= 1) and y (n,), got shapes {X.shape} and {y.shape}"
+        )
+    if X.dtype.kind not in "biuf" or not np.isfinite(X).all():
+        raise ValueError("dataset: X must hold finite numbers, which read_dataset requires")
+    feature_names = [f"f{j}" for j in range(X.shape[1])]
+    if label_column in feature_names:
+        raise ValueError(f"label_column: {label_column!r} is also the name of a feature column")
+    label_cells = _label_cells(dataset.class_names, y, delimiter)
+
+    # One %-format per row runs in C: several times faster than formatting cell by cell.
+    row_format = delimiter.join(["%.9g"] * X.shape[1])
+    block_rows = max(1, _BLOCK_CELLS // X.shape[1])
+    with atomic_open(path, "wb") as raw:
+        binary: Any = raw
+        if shown.lower().endswith(".gz"):
+            # mtime=0: the same dataset gives the same bytes, whenever it is written.
+            binary = gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0)
+        text = io.TextIOWrapper(binary, encoding="utf-8", newline="")
+        csv.writer(text, delimiter=delimiter, lineterminator="\n").writerow(
+            [*feature_names, label_column]
+        )
+        for start in range(0, len(y), block_rows):
+            # A block at a time: a list of Python floats takes ~30x the memory of float32.
+            features = X[start : start + block_rows].astype(np.float32).tolist()
+            codes = y[start : start + block_rows].tolist()
+            text.writelines(
+                f"{row_format % tuple(row)}{delimiter}{label_cells[code]}\n"
+                for row, code in zip(features, codes, strict=True)
+            )
+        text.flush()
+        # Leave the file itself open: atomic_open fsyncs and renames it after this block.
+        text.detach()
+        if binary is not raw:
+            binary.close()
+
+
+def _label_cells(class_names: tuple[str, ...], y: np.ndarray, delimiter: str) -> list[str]:
+    """The csv text of each class code's label, quoted where the csv rules need it."""
+    if y.dtype.kind not in "iu" or (len(y) and int(y.min()) < 0):
+        raise ValueError(f"dataset: y must hold the class codes 0..C-1, got dtype {y.dtype}")
+    n_classes = int(y.max()) + 1 if len(y) else 0
+    if not class_names:
+        return [str(code) for code in range(n_classes)]
+    if len(class_names) < n_classes:
+        raise ValueError(f"dataset: {len(class_names)} class names for codes up to {n_classes - 1}")
+    cells = []
+    for name in class_names:
+        if not isinstance(name, str) or name != name.strip() or not name or name.lower() == "nan":
+            # Reading strips cells and takes "" and "nan" as missing labels.
+            raise ValueError(f"dataset: class name {name!r} would not read back as itself")
+        buffer = io.StringIO()
+        # "\r\n" as the terminator makes the writer quote a name holding either character.
+        csv.writer(buffer, delimiter=delimiter, lineterminator="\r\n").writerow([name])
+        cells.append(buffer.getvalue()[:-2])
+    return cells
