@@ -39,7 +39,7 @@ from oahu.learner import Learner
 from oahu.learners.oahu.config import OAHUConfig
 from oahu.registry import make_learner
 from oahu.settings import parse_settings
-from oahu.streams.datasets import load_dataset
+from oahu.streams.datasets import DATASETS, load_dataset
 from oahu.streams.protocol import split_dev_test, triplet_stream
 from oahu.streams.stream_file import ConstraintStream
 
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__.split("\n\n", 1)[1],
     )
-    parser.add_argument("--dataset", default="digits", choices=("digits", "fashion-mnist"))
+    parser.add_argument("--dataset", default="digits", choices=DATASETS)
     parser.add_argument("--seeds", type=int, nargs="+", default=list(range(100, 120)))
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 3000])
     parser.add_argument(

@@ -14,6 +14,12 @@ are part of the learner's checkpointed state. ``"none"`` (the default) leaves in
 their top K principal axes, so a learner works in K dimensions instead of d: OAHU's default
 starts from the cosine metric of that projection and learns on top of it (docs/algorithms.md,
 "Input projection"). If the items span fewer than K axes, the missing axes are zero.
+
+``"lift"`` (ours, last) appends one constant coordinate r, the root-mean-square norm of the
+prepared items after the other steps: x -> (x, r). A learner that normalises its embeddings
+(OAHU) then starts from the cosine of lifted items, which keeps what the unit sphere discards,
+the norm: for items near the centre it is Euclidean distance over r, for items far out the
+angle (docs/algorithms.md, "Input projection").
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-STEPS = ("center", "standardize", "pca:K", "unit")
+STEPS = ("center", "standardize", "pca:K", "unit", "lift")
 _STD_FLOOR = 1e-6  # constant features (e.g. always-black pixels) keep scale 1, not 1/0
 _NORM_FLOOR = 1e-12
 
@@ -57,8 +63,12 @@ def parse_preprocess(spec: str) -> tuple[str, ...]:
     for centring in ("standardize", "pca"):
         if "center" in steps and centring in names:
             raise ValueError(f"preprocess: {spec!r} — {centring} already centers")
-    if "unit" in steps and steps[-1] != "unit":
-        raise ValueError(f"preprocess: {spec!r} — unit must be the last step")
+    if "lift" in steps and not {"center", "standardize", "pca"} & set(names):
+        # A constant coordinate lifts items around their centre; uncentred it only adds a bias.
+        raise ValueError(f"preprocess: {spec!r} — lift needs center, standardize or pca:K first")
+    for last in ("unit", "lift"):
+        if last in steps and steps[-1] != last:
+            raise ValueError(f"preprocess: {spec!r} — {last} must be the last step")
     return steps
 
 
@@ -97,17 +107,25 @@ class InputScaler:
         self.mean: np.ndarray | None = None
         self.scale: np.ndarray | None = None
         self.components: np.ndarray | None = None  # (K, d) principal axes, rows of unit norm
+        self.lift: float | None = None  # the constant coordinate of "lift"
         k = next((c for c in map(pca_components, self.steps) if c is not None), None)
         self._pca = None if k is None else min(k, n_features)
 
     @property
     def n_outputs(self) -> int:
-        """Dimension of the transformed items: K for ``pca:K`` (at most d), else d."""
-        return self.n_features if self._pca is None else self._pca
+        """Dimension of the transformed items: K for ``pca:K`` (at most d), else d; one more
+        with ``lift``."""
+        width = self.n_features if self._pca is None else self._pca
+        return width + int("lift" in self.steps)
 
     @property
     def _fits(self) -> bool:
-        return "center" in self.steps or "standardize" in self.steps or self._pca is not None
+        return (
+            "center" in self.steps
+            or "standardize" in self.steps
+            or self._pca is not None
+            or "lift" in self.steps
+        )
 
     @property
     def needs_fit(self) -> bool:
@@ -130,6 +148,11 @@ class InputScaler:
             self.scale = np.maximum(x.std(axis=0), _STD_FLOOR).astype(np.float32)
         if self._pca is not None:
             self.components = _principal_axes(x, self.mean, self.scale, self._pca)
+        if "lift" in self.steps:
+            self.lift = None  # the other steps' output, without the coordinate being fitted
+            before = self.transform(x.astype(np.float32), defer_projection=True)
+            norms = np.linalg.norm(self._project_axes(before, row_invariant=True), axis=1)
+            self.lift = float(max(np.sqrt(np.mean(norms.astype(np.float64) ** 2)), _NORM_FLOOR))
 
     def transform(self, x: np.ndarray, defer_projection: bool = False) -> np.ndarray:
         """Apply the steps to a float32 matrix (returns ``x`` itself when there are none).
@@ -163,18 +186,23 @@ class InputScaler:
         this (the service embeds a query alone or batched with other requests' queries, and must
         give one answer per model); a learner's own fixed-size update blocks do not.
         """
-        out = x
-        if self.components is not None:
-            if row_invariant:
-                out = (out.astype(np.float64) @ self.components.T.astype(np.float64)).astype(
-                    np.float32
-                )
-            else:
-                out = out @ self.components.T
+        out = self._project_axes(x, row_invariant)
         if "unit" in self.steps:
             norms = np.linalg.norm(out, axis=1, keepdims=True)
             out = out / np.maximum(norms, _NORM_FLOOR)
+        if self.lift is not None:
+            column = np.full((len(out), 1), self.lift, dtype=np.float32)
+            out = np.concatenate([out, column], axis=1)
         return np.ascontiguousarray(out, dtype=np.float32)
+
+    def _project_axes(self, x: np.ndarray, row_invariant: bool) -> np.ndarray:
+        if self.components is None:
+            return x
+        if row_invariant:
+            return (x.astype(np.float64) @ self.components.T.astype(np.float64)).astype(
+                np.float32
+            )
+        return x @ self.components.T
 
     def get_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"spec": self.spec}
@@ -184,6 +212,8 @@ class InputScaler:
             state["scale"] = torch.from_numpy(self.scale.copy())
         if self.components is not None:
             state["components"] = torch.from_numpy(self.components.copy())
+        if self.lift is not None:
+            state["lift"] = self.lift
         return state
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -194,6 +224,9 @@ class InputScaler:
         self.components = (
             state["components"].numpy().astype(np.float32) if "components" in state else None
         )
+        self.lift = float(state["lift"]) if "lift" in state else None
+        if "lift" in self.steps and self.lift is None:
+            raise ValueError(f"preprocess: {self.spec!r} needs its lift in the checkpoint")
         if self._pca is not None and (
             self.components is None or self.components.shape != (self._pca, self.n_features)
         ):

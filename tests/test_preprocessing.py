@@ -25,11 +25,37 @@ def test_center_standardize_unit_by_hand() -> None:
     assert np.linalg.norm(unit.transform(X), axis=1) == pytest.approx([1, 1, 1])
 
 
+def test_lift_appends_the_rms_norm_of_the_centred_items_by_hand() -> None:
+    lifted = InputScaler("center+lift", 3)
+    lifted.fit(X)
+    # Centred rows (-2, -10, 0), (0, 10, 0), (2, 0, 0): squared norms 104, 100, 4; mean 208/3.
+    r = np.sqrt(208 / 3)
+    assert lifted.n_outputs == 4 and lifted.lift == pytest.approx(r, rel=1e-6)
+    out = lifted.transform(X)
+    assert out[:, :3].tolist() == [[-2.0, -10.0, 0.0], [0.0, 10.0, 0.0], [2.0, 0.0, 0.0]]
+    assert out[:, 3] == pytest.approx([r, r, r], rel=1e-6)
+    # The cosine of lifted items: an item at the centre is at angle 0 from (0, r) ...
+    centre = lifted.transform(X.mean(axis=0, keepdims=True))
+    assert centre[0, :3] == pytest.approx([0, 0, 0], abs=1e-5)
+    # ... and with pca:K the coordinate follows the K projected axes.
+    projected = InputScaler("pca:2+lift", 3)
+    projected.fit(X)
+    assert projected.n_outputs == 3 and projected.lift == pytest.approx(r, rel=1e-5)
+    state = projected.get_state()
+    restored = InputScaler("pca:2+lift", 3)
+    restored.set_state(state)
+    assert restored.transform(X).tolist() == projected.transform(X).tolist()
+
+
 def test_bad_specs_and_missing_statistics() -> None:
     with pytest.raises(ValueError, match="unknown step 'zscore'"):
         parse_preprocess("center+zscore")
     with pytest.raises(ValueError, match="standardize already centers"):
         parse_preprocess("center+standardize")
+    with pytest.raises(ValueError, match="lift needs center, standardize or pca:K first"):
+        parse_preprocess("lift")
+    with pytest.raises(ValueError, match="lift must be the last step"):
+        parse_preprocess("pca:8+lift+unit")
     with pytest.raises(ValueError, match=r"call learner.prepare\(X\)"):
         InputScaler("center", 3).transform(X)
     with pytest.raises(ValueError, match="prepare needs items of shape"):
