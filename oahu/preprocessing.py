@@ -199,9 +199,7 @@ class InputScaler:
         if self.components is None:
             return x
         if row_invariant:
-            return (x.astype(np.float64) @ self.components.T.astype(np.float64)).astype(
-                np.float32
-            )
+            return (x.astype(np.float64) @ self.components.T.astype(np.float64)).astype(np.float32)
         return x @ self.components.T
 
     def get_state(self) -> dict[str, Any]:
