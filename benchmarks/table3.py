@@ -418,9 +418,9 @@ def markdown_report(tables: Sequence[dict[str, Any]]) -> str:
 
 
 def summary_table(tables: Sequence[dict[str, Any]]) -> str:
-    """Every method's mean compared figure (error, or 1 - R@1 for unseen classes) per dataset
-    side by side; the lowest of each dataset in bold, ``*`` where OAHU's default learner beats
-    Euclidean and every baseline.
+    """Every method's mean compared figure (error, or R@1 for unseen classes) per dataset side
+    by side; the best of each dataset in bold, ``*`` where OAHU's default learner beats
+    Euclidean and every baseline, and the paper's error in brackets where it has one.
 
     >>> cell = lambda e: {"error": {"mean": e}, "recall_at_1": {"mean": 1 - e}}
     >>> t = {"dataset": "d", "rows": {"euclidean": cell(0.2), "oahu (default)": cell(0.1)}}
@@ -457,6 +457,9 @@ def summary_table(tables: Sequence[dict[str, Any]]) -> str:
                 text = f"**{text}**"
             if label == DEFAULT_OAHU and beats_all[table["dataset"]]:
                 text += " *"
+            paper = (table.get("paper") or {}).get(label)
+            if paper and key == "error":
+                text += f" (paper {paper['error'][0]:.2f})"
             cells.append(text)
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -32,10 +32,13 @@ constraints from the development split: N/2 seeds and N/2 by transitive closure;
 OAHU and OASIS, pairs for LEGO and RDML, OPML's own one-pass triplets) or read from --stream
 (a file written by `oahu make-stream`). After learning, the development split is the kNN gallery
 and the test split the queries (for a drifting stream from `oahu make-stream --drift`: their
-items and labels under the concept in force at the end). Reported: kNN error rate and macro-F1
-(Eq. 23-25), constraint utilisation U, verification ROC AUC on a fixed sample of test pairs
-(Eq. 26 score), Recall@1,2,4,8 within the test split (Eq. 27), training constraints/s, the final
-hedge weights alpha, and the constraints at which a concept drift was detected (drift_events).
+items and labels under the concept in force at the end). With --split classes (the retrieval
+protocol of Section 4.5) the constraints come from the items of a seeded half of the classes
+and the test items, of the other classes, never seen, are both gallery and queries (each query
+left out). Reported: kNN error rate and macro-F1 (Eq. 23-25), constraint utilisation U,
+verification ROC AUC on a fixed sample of test pairs, half same-class (Eq. 26 score; Section
+4.4), Recall@1,2,4,8 within the test split (Eq. 27), training constraints/s, the final hedge
+weights alpha, and the constraints at which a concept drift was detected (drift_events).
 
 With --oracle the learner is taught by a simulated annotator instead (docs/active-learning.md):
 it starts from 500 constraints of the paper's protocol (500 labels), then in rounds oahu.active
