@@ -183,7 +183,8 @@ def test_summary_puts_datasets_side_by_side_and_marks_where_the_default_beats_al
         for cells in t["rows"].values():
             cells["command"] = "x"
     report = markdown_report([table, other])
-    assert report.startswith("| Method | fashion-mnist | letter |")
+    assert report.startswith("Mean test error of every row on every dataset")
+    assert "\n| Method | fashion-mnist | letter |\n" in report
     # On fashion-mnist OASIS (0.05) beats the default (0.11): no star; on letter it ties.
     assert "| oahu (default) | 0.1100 | **0.0500** |" in report
     # The paper has Fashion-MNIST numbers (not letter): its error follows ours in brackets.
