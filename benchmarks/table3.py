@@ -17,8 +17,9 @@ the difference significant, a loss when higher and significant, else a tie.
     python -m benchmarks.table3 --datasets letter --split classes  # unseen classes, Recall@K
     python -m benchmarks.table3 --learner-args oahu="--preset paper --batch-size 8"
 
-Writes benchmarks/results/table3-<dataset>.json and the tables between the table3 markers in
-benchmarks/README.md.
+Writes benchmarks/results/table3-<dataset>[-classes].json, the tables between the table3 (or,
+with ``--split classes``, retrieval) markers in benchmarks/README.md, and a bar chart of every
+row relative to Euclidean, benchmarks/results/table3-summary[-classes].png.
 """
 
 from __future__ import annotations
@@ -479,6 +480,51 @@ def summary_caption(tables: Sequence[dict[str, Any]]) -> str:
     )
 
 
+def plot_summary(tables: Sequence[dict[str, Any]], path: Path) -> None:
+    """Each row's mean figure relative to Euclidean's on the same dataset, one group of bars per
+    dataset, with each row's seed-to-seed spread: errors below 1 (or R@1 misses below 1) beat
+    the raw-input floor. Rows far off the scale (the paper's preset) are clipped at 2 and
+    marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = "error" if tables[0].get("split", "items") == "items" else "recall_at_1"
+    labels = [label for label in tables[0]["rows"] if label != "euclidean"]
+    width = 0.8 / len(labels)
+    fig, ax = plt.subplots(figsize=(12.0, 4.2))
+    for i, label in enumerate(labels):
+        ratios, spreads = [], []
+        for table in tables:
+            cells, floor = table["rows"].get(label), table["rows"]["euclidean"]
+            base = _compared_mean(floor, key)
+            if cells is None or base <= 0:
+                ratios.append(np.nan)
+                spreads.append(0.0)
+                continue
+            ratios.append(_compared_mean(cells, key) / base)
+            spreads.append(cells[key]["std"] / base)
+        x = np.arange(len(tables)) + (i - (len(labels) - 1) / 2) * width
+        ratio = np.asarray(ratios)
+        off_scale = ratio > 2.0
+        spread = np.where(off_scale, 0.0, spreads)  # a clipped bar's spread means nothing
+        ax.bar(x, np.minimum(ratio, 2.0), width, yerr=spread, label=label, capsize=1.5)
+        for xi, r in zip(x[off_scale], ratio[off_scale], strict=True):
+            ax.text(xi, 2.02, f"{r:.1f}x", ha="center", va="bottom", fontsize=6, rotation=90)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(np.arange(len(tables)), [t["dataset"] for t in tables])
+    what = "test error" if key == "error" else "R@1 misses (1 - R@1) on unseen classes"
+    ax.set_ylabel(("error" if key == "error" else "1 - R@1") + " / Euclidean's")
+    ax.set_ylim(0, 2.35)
+    ax.set_title(f"Every row's mean {what} relative to raw-input Euclidean 5-NN (below 1: better)")
+    ax.legend(fontsize=8, ncol=len(labels), loc="upper center", bbox_to_anchor=(0.5, -0.1))
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _compared_mean(cells: dict[str, Any], key: str) -> float:
     # Lower is better for both: the error, or the miss rate 1 - R@1.
     return cells[key]["mean"] if key == "error" else 1.0 - cells[key]["mean"]
@@ -614,12 +660,17 @@ def main(argv: list[str] | None = None) -> int:
             update_readme("table3", "Table 3", markdown_report(tables))
         else:
             update_readme("retrieval", "Retrieval of unseen classes", markdown_report(tables))
+        if len(tables) > 1:
+            plot_summary(tables, args.results / f"table3-summary{_split_suffix(args.split)}.png")
     return 0
 
 
 def table_path(results: Path, dataset: str, split: str) -> Path:
-    suffix = "" if split == "items" else f"-{split}"
-    return results / f"table3-{dataset}{suffix}.json"
+    return results / f"table3-{dataset}{_split_suffix(split)}.json"
+
+
+def _split_suffix(split: str) -> str:
+    return "" if split == "items" else f"-{split}"
 
 
 if __name__ == "__main__":

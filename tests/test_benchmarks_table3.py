@@ -16,6 +16,7 @@ from benchmarks.table3 import (
     default_rows,
     markdown_report,
     markdown_table,
+    plot_summary,
     replace_block,
     replay_command,
     run_path,
@@ -189,3 +190,12 @@ def test_summary_puts_datasets_side_by_side_and_marks_where_the_default_beats_al
     assert "| oahu (default) | 0.1100 | **0.0500** |" in report
     # The paper has Fashion-MNIST numbers (not letter): its error follows ours in brackets.
     assert "| oasis | **0.0500** (paper 0.21) | **0.0500** |" in report
+
+
+def test_summary_plot_is_a_png_of_every_dataset(table, tmp_path):
+    table["rows"]["euclidean"] = dict(table["rows"]["lego"])  # the floor every bar is over
+    other = json.loads(json.dumps(table))
+    other["dataset"] = "letter"
+    plot_summary([table, other], tmp_path / "summary.png")
+    data = (tmp_path / "summary.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
