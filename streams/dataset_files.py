@@ -65,6 +65,7 @@ from oahu.streams.datasets import Dataset
 __all__ = [
     "DEFAULT_LABEL_COLUMN",
     "SUFFIXES",
+    "class_codes",
     "dataset_from_arrays",
     "read_dataset",
     "write_dataset_csv",
@@ -468,7 +469,7 @@ def _parse_rows(
         blocks.append(_numbers(rows, lines, feature_names, shown))
     if not labels:
         raise ValueError(f"{shown}: no data rows after the header (line {header_line})")
-    codes, class_names = _codes_from_text(labels, f"{shown}: column {label_column!r}")
+    codes, class_names = class_codes(labels, f"{shown}: column {label_column!r}")
     return _dataset(name, np.concatenate(blocks), codes, class_names)
 
 
@@ -537,8 +538,15 @@ def _numbers(
     return block
 
 
-def _codes_from_text(labels: Sequence[str], where: str) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Codes for a file's text labels: sorted as integers when all are, else as text."""
+def class_codes(labels: Sequence[str], where: str) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Class codes 0..C-1 for text labels, sorted as integers when all are, else as text, and
+    the label of each code (empty when the labels are the codes already); ``where`` starts the
+    error for a single class.
+
+    >>> codes, names = class_codes(["10", "9", "10"], "t.csv")
+    >>> codes.tolist(), names
+    ([1, 0, 1], ('9', '10'))
+    """
     distinct = set(labels)
     if all(_INTEGER.fullmatch(s) for s in distinct):
         # Ties by text keep "07" and "7" apart: they are different labels in the file.
@@ -629,7 +637,7 @@ def _read_parquet(file: Path, shown: str, name: str, label_column: str) -> Datas
         for row, text in enumerate(texts):
             if not text or text.lower() == "nan":
                 raise ValueError(f"{shown}: row {row + 1}, column {label_column!r}: missing label")
-        codes, class_names = _codes_from_text(texts, where)
+        codes, class_names = class_codes(texts, where)
     else:
         try:
             codes, class_names = _codes_from_array(_labels_array(labels.to_numpy()))

@@ -214,19 +214,6 @@ def _rows(text: str, skip_header: bool) -> list[list[str]]:
     return [[cell.strip() for cell in line.split(",")] for line in lines[int(skip_header) :]]
 
 
-def _labels(raw: Iterable[str]) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Class codes in sorted order of the raw labels (numerically when they are all integers)."""
-    raw = list(raw)
-    numeric = all(r.lstrip("-").isdigit() for r in raw)
-    keys = [int(r) for r in raw] if numeric else raw
-    classes = sorted(set(keys))
-    code = {c: i for i, c in enumerate(classes)}
-    names = tuple(str(c) for c in classes)
-    if numeric and classes == list(range(len(classes))):
-        names = ()  # already codes: nothing to name
-    return np.array([code[k] for k in keys], dtype=np.int64), names
-
-
 def _scale(X: np.ndarray, value_range: tuple[float, float] | None) -> np.ndarray:
     if value_range is None:
         low, high = X.min(axis=0), X.max(axis=0)
@@ -259,7 +246,9 @@ def _parse(spec: PackagedSet, files: dict[str, bytes]) -> tuple[np.ndarray, np.n
         rows = _rows(data.decode(), skip_header=False)
         X = np.array([row[:-1] for row in rows], dtype=np.float64)
         raw_labels = [row[-1] for row in rows]
-    y, names = _labels(raw_labels)
+    from oahu.streams.dataset_files import class_codes  # it imports this module's importer
+
+    y, names = class_codes(raw_labels, spec.name)
     return _scale(X, spec.value_range), y, names
 
 
