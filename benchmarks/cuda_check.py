@@ -27,8 +27,9 @@ import torch
 from oahu import OAHU
 from oahu.experiments.evaluation import classification_quality
 from oahu.experiments.stream_replay import replay
+from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.datasets import FASHION_MNIST_ROOT, load_fashion_mnist
-from oahu.streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.stream_file import ConstraintStream
 
 RUNS = ((None, "cuda", 1), (None, "cuda", 256), ("paper", "cuda", 1), ("paper", "cuda", 256))
 RUNS_CPU = ((None, "cpu", 1), (None, "cpu", 256))

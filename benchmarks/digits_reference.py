@@ -43,9 +43,9 @@ from oahu.experiments.stream_replay import replay
 from oahu.learners.baselines.euclidean import Euclidean
 from oahu.learners.oahu.learner import OAHU
 from oahu.learners.oahu.loss import MarginLoss
+from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.datasets import load_digits
 from oahu.streams.protocol import split_dev_test
-from oahu.streams.stream_file import build_stream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 K = 5  # the evaluation's neighbours (Eq. 23-25), and LMNN's target neighbours

@@ -54,8 +54,9 @@ from oahu.experiments.stream_replay import replay
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.streams import build_drift_stream
+from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.drift import DRIFTS
-from oahu.streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.stream_file import ConstraintStream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = RESULTS / "drift"

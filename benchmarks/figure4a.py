@@ -45,7 +45,8 @@ from benchmarks.table3 import (
     write_json,
 )
 from oahu.registry import learner_class
-from oahu.streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.stream_file import ConstraintStream
 
 SIZES = (1_000, 2_000, 5_000, 10_000)
 INDEPENDENT_OF_N = frozenset({"euclidean", "opml"})
@@ -57,7 +58,7 @@ _SUBSAMPLE_TAG = 4  # keeps the subsample's draws apart from the stream's own
 def subsample(stream: ConstraintStream, n: int, seed: int) -> ConstraintStream:
     """``n`` of the stream's constraints drawn uniformly without replacement, in stream order.
 
-    >>> from oahu.streams.stream_file import build_stream
+    >>> from oahu.streams.benchmark_stream import build_stream
     >>> full = build_stream("digits", 100, seed=0)
     >>> part = subsample(full, 10, seed=0)
     >>> len(part), part.meta["subsample_of"], set(map(tuple, part.constraints)) <= set(

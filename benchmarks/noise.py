@@ -33,7 +33,7 @@ from benchmarks.stream_runs import cached_run, evaluate_on_stream, finish_plot, 
 from oahu.experiments.stream_replay import replay
 from oahu.registry import make_learner
 from oahu.streams import NOISE_MODELS, add_noise
-from oahu.streams.stream_file import build_stream
+from oahu.streams.benchmark_stream import build_stream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 RUNS = RESULTS / "noise"

@@ -30,7 +30,7 @@ from oahu.experiments.stream_replay import replay
 from oahu.inference import classify, index_gallery
 from oahu.learners.oahu.learner import OAHU
 from oahu.settings import parse_settings
-from oahu.streams.stream_file import build_stream
+from oahu.streams.benchmark_stream import build_stream
 
 
 def depth_errors(model: OAHU, stream, queries: np.ndarray) -> dict:

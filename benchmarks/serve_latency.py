@@ -425,7 +425,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS / "serve_latency.json")
     args = parser.parse_args()
 
-    from oahu.streams.stream_file import build_stream
+    from oahu.streams.benchmark_stream import build_stream
 
     stream = build_stream(args.dataset, args.constraints, seed=args.seed)
     port = free_port()

@@ -33,7 +33,8 @@ from oahu.connectors.messages import encode_stream
 from oahu.registry import make_learner
 from oahu.service.config import ServiceConfig
 from oahu.service.serving.app import Service
-from oahu.streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.stream_file import ConstraintStream
 from oahu.threads import use_native_threads
 
 RESULTS = Path(__file__).resolve().parent / "results"

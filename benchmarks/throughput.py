@@ -33,7 +33,8 @@ from provenance import code_version, cpu_model
 from oahu.constraint_kinds import triplet_as_quadruplet
 from oahu.experiments.stream_replay import replay
 from oahu.learners.oahu.learner import OAHU
-from oahu.streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.stream_file import ConstraintStream
 
 RESULTS = Path(__file__).resolve().parent / "results"
 # name -> (OAHU's constructor parameters, the stream's kind)

@@ -44,7 +44,7 @@ _EXPORTS: dict[str, str] = {
     "load_learner": "oahu.persistence",
     # streams
     "ConstraintStream": "oahu.streams.stream_file",
-    "build_stream": "oahu.streams.stream_file",
+    "build_stream": "oahu.streams.benchmark_stream",
     "load_stream": "oahu.streams.stream_file",
     "DATASETS": "oahu.streams.datasets",
     "load_dataset": "oahu.streams.datasets",

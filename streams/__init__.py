@@ -8,6 +8,7 @@ label-hierarchy quadruplets, stream file formats.
 (4, 64)
 """
 
+from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.datasets import DATASETS, Dataset, load_dataset, load_digits, load_fashion_mnist
 from oahu.streams.drift import DRIFTS, build_drift_stream, drift_mask, novel_classes, rotate90
 from oahu.streams.groupings import (
@@ -43,7 +44,6 @@ from oahu.streams.stream_file import (
     OPTIONAL_FIELDS,
     PROTOCOLS,
     ConstraintStream,
-    build_stream,
     load_stream,
 )
 

@@ -32,8 +32,9 @@ starts with the file's path, then names the line (1-based line of the file; for 
 
     data.csv: line 17, column 'petal_width': 'abc' is not a number
 
-:func:`dataset_from_arrays` applies the same checks to arrays (positions are 0-based indices
-there), and :func:`write_dataset_csv` writes a dataset back to CSV or TSV, float32 exactly.
+:func:`oahu.streams.dataset_arrays.dataset_from_arrays` applies the same checks to arrays
+(positions are 0-based indices there), and :func:`write_dataset_csv` writes a dataset back to
+CSV or TSV, float32 exactly.
 
 >>> import tempfile, pathlib
 >>> path = pathlib.Path(tempfile.mkdtemp()) / "iris.csv"
@@ -48,10 +49,8 @@ from __future__ import annotations
 import csv
 import gzip
 import io
-import math
 import os
 import pickle
-import re
 import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -60,13 +59,19 @@ from typing import Any
 import numpy as np
 
 from oahu.streams.atomic import atomic_open
-from oahu.streams.datasets import Dataset
+from oahu.streams.dataset import Dataset, read_only
+from oahu.streams.dataset_arrays import (
+    LabelError,
+    class_codes,
+    codes_from_array,
+    dataset_from_arrays,
+    float32_cells,
+    is_missing_text,
+)
 
 __all__ = [
     "DEFAULT_LABEL_COLUMN",
     "SUFFIXES",
-    "class_codes",
-    "dataset_from_arrays",
     "read_dataset",
     "write_dataset_csv",
 ]
@@ -81,220 +86,7 @@ DEFAULT_LABEL_COLUMN = "label"
 # in C (about 10x faster than float() per cell) while holding only a block of strings at once.
 _BLOCK_CELLS = 1 << 18
 
-# A file's label that is exactly an integer in decimal; int() alone would also take "1_000",
-# " 7" or non-ASCII digits, which a label column does not mean as numbers.
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-
 _MAX_LISTED = 10  # header columns or archive arrays named in an error before "... N more"
-
-
-class _LabelError(ValueError):
-    """A bad label at 0-based position ``index`` (None: the labels as a whole)."""
-
-    def __init__(self, index: int | None, problem: str) -> None:
-        super().__init__(problem)
-        self.index = index
-        self.problem = problem
-
-
-# ------------------------------------------------------------------ arrays
-def dataset_from_arrays(X: Any, y: Any, name: str = "arrays") -> Dataset:
-    """A :class:`Dataset` from features ``X`` (n, d) and labels ``y`` (n,), checked.
-
-    ``X``: finite numbers, at least one column; kept as given (not rescaled), copied to a
-    float32 C-contiguous array. ``y``: one hashable label per row (integers, strings, any
-    numpy scalars), none missing (None, NaN, empty string), at least two distinct. Labels
-    become the codes 0..C-1 in their sorted order, and ``class_names`` their text in code
-    order; labels that are the integers 0..C-1 already keep ``class_names`` empty. Both
-    arrays are returned read-only. Errors name the argument and the 0-based position.
-
-    >>> ds = dataset_from_arrays([[0.5, 2.0], [1.0, 0.0], [3.0, 1.5]], ["dog", "cat", "dog"])
-    >>> ds.X.dtype.name, ds.y.tolist(), ds.class_names
-    ('float32', [1, 0, 1], ('cat', 'dog'))
-    >>> dataset_from_arrays([[0.5], [1.0]], [1, 0]).class_names
-    ()
-    >>> dataset_from_arrays([[0.5], [float("nan")]], [1, 0])
-    Traceback (most recent call last):
-    ...
-    ValueError: X: non-finite value nan at row 1, column 0
-    >>> dataset_from_arrays([[0.5], [1.0]], [7, 7])
-    Traceback (most recent call last):
-    ...
-    ValueError: y: a single class (7); metric learning needs at least 2
-    """
-    if not isinstance(name, str):
-        raise ValueError(f"name: must be a string, got {name!r}")
-    features = _features_from_array(X)
-    labels = _labels_array(y)
-    if len(labels) != len(features):
-        raise ValueError(
-            f"y: expected 1 label per row of X ({len(features)} rows), got {len(labels)}"
-        )
-    try:
-        codes, class_names = _codes_from_array(labels)
-    except _LabelError as e:
-        where = "" if e.index is None else f" at row {e.index}"
-        raise ValueError(f"y: {e.problem}{where}") from None
-    return _dataset(name, features, codes, class_names)
-
-
-def _features_from_array(X: Any) -> np.ndarray:
-    """``X`` as a new float32 (n, d) array, or a ValueError naming the offending cell."""
-    try:
-        arr = np.asarray(X)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"X: not a 2-d array of numbers: {_ragged(X) or e}") from None
-    if arr.ndim != 2:
-        raise ValueError(f"X: expected a 2-d array (n_items, n_features), got shape {arr.shape}")
-    if arr.shape[0] == 0 or arr.shape[1] == 0:
-        raise ValueError(f"X: expected at least 1 row and 1 column, got shape {arr.shape}")
-    if arr.dtype.kind not in "biuf":
-        # Object, string or complex arrays: name the first cell that is not a real number
-        # rather than letting a conversion turn None into nan or "1.5" into 1.5.
-        for (row, col), value in np.ndenumerate(arr):
-            if not _is_real(value):
-                hint = ""
-                if arr.dtype.kind in "US":
-                    hint = f" (X holds text, dtype {arr.dtype}: convert it to numbers first)"
-                raise ValueError(
-                    f"X: non-numeric value {_plain(value)!r} at row {row}, column {col}{hint}"
-                )
-    try:
-        wide = arr.astype(np.float64)
-    except (OverflowError, TypeError, ValueError) as e:
-        raise ValueError(f"X: not convertible to float: {e}") from None
-    bad = ~np.isfinite(wide)
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        raise ValueError(
-            f"X: non-finite value {_plain(arr[row, col])!r} at row {row}, column {col}"
-        )
-    # float32 is what the learners take; a finite float64 beyond its range would become inf.
-    with np.errstate(over="ignore"):  # checked right below, with the cell named
-        features = np.array(wide, dtype=np.float32, order="C")
-    bad = ~np.isfinite(features)
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        raise ValueError(
-            f"X: value {_plain(arr[row, col])!r} at row {row}, column {col} "
-            "is outside the float32 range"
-        )
-    return features
-
-
-def _ragged(X: Any) -> str | None:
-    """Which row of a nested sequence ``X`` differs in length from row 0, if one does."""
-    try:
-        lengths = [len(row) for row in X]
-    except TypeError:
-        return None
-    for row, length in enumerate(lengths):
-        if length != lengths[0]:
-            return f"row {row} has {length} values, row 0 has {lengths[0]}"
-    return None
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, int | float | np.integer | np.floating | np.bool_)
-
-
-def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python value it holds, for a message's repr."""
-    return value.item() if isinstance(value, np.generic) else value
-
-
-def _labels_array(y: Any) -> np.ndarray:
-    try:
-        labels = np.asarray(y)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"y: not a 1-d array of labels: {e}") from None
-    if labels.ndim != 1:
-        raise ValueError(f"y: expected a 1-d array of labels, got shape {labels.shape}")
-    if labels.dtype.kind == "V":
-        raise ValueError(f"y: expected integers or strings as labels, got dtype {labels.dtype}")
-    return labels
-
-
-def _codes_from_array(labels: np.ndarray) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Codes 0..C-1 in the sorted order of the distinct ``labels``, and their names."""
-    missing = _missing(labels)
-    if missing.any():
-        raise _LabelError(int(np.argmax(missing)), "missing label")
-    try:
-        distinct, codes = np.unique(labels, return_inverse=True)
-    except TypeError:
-        kinds = sorted({type(v).__name__ for v in labels})
-        raise _LabelError(
-            None, f"labels of types {' and '.join(kinds)} cannot be sorted together"
-        ) from None
-    if len(distinct) < 2:
-        raise _LabelError(
-            None, f"a single class ({_plain(distinct[0])!r}); metric learning needs at least 2"
-        )
-    codes = codes.reshape(-1).astype(np.int64)
-    if _are_codes(distinct):
-        return codes, ()
-    names = tuple(_text(v) for v in distinct)
-    if len(set(names)) != len(names):
-        # Distinct labels that print the same would merge into one class when written out.
-        seen: dict[str, Any] = {}
-        for value, text in zip(distinct, names, strict=True):
-            if text in seen:
-                raise _LabelError(
-                    None,
-                    f"labels {_plain(seen[text])!r} and {_plain(value)!r} are distinct "
-                    f"but both read {text!r}",
-                )
-            seen[text] = value
-    return codes, names
-
-
-def _missing(labels: np.ndarray) -> np.ndarray:
-    """Which labels are missing: None, NaN (or NaT), or blank text."""
-    kind = labels.dtype.kind
-    if kind in "fc":
-        return np.isnan(labels)
-    if kind in "mM":
-        return np.isnat(labels)
-    if kind in "US":
-        return np.char.str_len(np.char.strip(labels)) == 0
-    if kind == "O":
-        return np.fromiter((_is_missing(v) for v in labels), dtype=bool, count=len(labels))
-    return np.zeros(len(labels), dtype=bool)
-
-
-def _is_missing(value: Any) -> bool:
-    if value is None:
-        return True
-    if isinstance(value, str | bytes):
-        return not value.strip()
-    if isinstance(value, float | np.floating):
-        return math.isnan(value)
-    return False
-
-
-def _are_codes(distinct: np.ndarray) -> bool:
-    """Whether the sorted distinct labels are exactly the integers 0..C-1 (bools are not)."""
-    if distinct.dtype.kind == "O":
-        if not all(isinstance(v, int | np.integer) and not isinstance(v, bool) for v in distinct):
-            return False
-    elif distinct.dtype.kind not in "iu":
-        return False
-    return bool(np.array_equal(distinct.astype(object), np.arange(len(distinct))))
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.decode("utf-8", errors="backslashreplace")
-    return str(_plain(value))
-
-
-def _dataset(
-    name: str, features: np.ndarray, codes: np.ndarray, class_names: tuple[str, ...]
-) -> Dataset:
-    features.setflags(write=False)
-    codes.setflags(write=False)
-    return Dataset(name, features, codes, class_names)
 
 
 # ------------------------------------------------------------------ files
@@ -455,11 +247,10 @@ def _parse_rows(
             raise ValueError(
                 f"{shown}: line {line} has {len(row)} fields, the header has {n_columns}"
             )
-        label = row.pop(label_index).strip()
-        if not label or label.lower() == "nan":
-            # pandas writes a missing label as "" and numpy as "nan": neither is a class.
+        label = row.pop(label_index)
+        if is_missing_text(label):
             raise ValueError(f"{shown}: line {line}, column {label_column!r}: missing label")
-        labels.append(label)
+        labels.append(label.strip())
         rows.append(row)
         lines.append(line)
         if len(rows) == block_rows:
@@ -470,7 +261,7 @@ def _parse_rows(
     if not labels:
         raise ValueError(f"{shown}: no data rows after the header (line {header_line})")
     codes, class_names = class_codes(labels, f"{shown}: column {label_column!r}")
-    return _dataset(name, np.concatenate(blocks), codes, class_names)
+    return Dataset(name, read_only(np.concatenate(blocks)), read_only(codes), class_names)
 
 
 def _label_index(columns: list[str], label_column: str, shown: str, header: str) -> int:
@@ -523,45 +314,15 @@ def _numbers(
                         raise ValueError(f"{where}: missing value") from None
                     raise ValueError(f"{where}: {cell.strip()!r} is not a number") from None
         raise
-    # float32 is what the learners take; a finite float64 beyond its range would become inf,
-    # so one check of the float32 block finds both kinds of bad cell.
-    with np.errstate(over="ignore"):
-        block = wide.astype(np.float32)
-    bad = ~np.isfinite(block)
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
+    block, bad = float32_cells(wide)
+    if bad is not None:
+        row, col, overflow = bad
         cell = rows[row][col].strip()
         where = f"{shown}: line {lines[row]}, column {feature_names[col]!r}"
-        if not math.isfinite(wide[row, col]):
-            raise ValueError(f"{where}: non-finite value {cell!r}")
-        raise ValueError(f"{where}: {cell!r} is outside the float32 range")
+        if overflow:
+            raise ValueError(f"{where}: {cell!r} is outside the float32 range")
+        raise ValueError(f"{where}: non-finite value {cell!r}")
     return block
-
-
-def class_codes(labels: Sequence[str], where: str) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Class codes 0..C-1 for text labels, sorted as integers when all are, else as text, and
-    the label of each code (empty when the labels are the codes already); ``where`` starts the
-    error for a single class.
-
-    >>> codes, names = class_codes(["10", "9", "10"], "t.csv")
-    >>> codes.tolist(), names
-    ([1, 0, 1], ('9', '10'))
-    """
-    distinct = set(labels)
-    if all(_INTEGER.fullmatch(s) for s in distinct):
-        # Ties by text keep "07" and "7" apart: they are different labels in the file.
-        order = sorted(distinct, key=lambda s: (int(s), s))
-    else:
-        order = sorted(distinct)
-    if len(order) < 2:
-        raise ValueError(
-            f"{where}: a single class ({order[0]!r}); metric learning needs at least 2"
-        )
-    index = {label: code for code, label in enumerate(order)}
-    codes = np.fromiter((index[s] for s in labels), dtype=np.int64, count=len(labels))
-    if order == [str(code) for code in range(len(order))]:
-        return codes, ()
-    return codes, tuple(order)
 
 
 def _read_parquet(file: Path, shown: str, name: str, label_column: str) -> Dataset:
@@ -607,22 +368,14 @@ def _read_parquet(file: Path, shown: str, name: str, label_column: str) -> Datas
                 f"{shown}: row {first_null(column) + 1}, column {column_name!r}: missing value"
             )
         wide = column.cast(pa.float64()).to_numpy()
-        bad = ~np.isfinite(wide)
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise ValueError(
-                f"{shown}: row {row + 1}, column {column_name!r}: "
-                f"non-finite value {float(wide[row])!r}"
-            )
-        with np.errstate(over="ignore"):
-            features[:, j] = wide
-        bad = ~np.isfinite(features[:, j])
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise ValueError(
-                f"{shown}: row {row + 1}, column {column_name!r}: "
-                f"{float(wide[row])!r} is outside the float32 range"
-            )
+        cells, bad = float32_cells(wide[:, None])
+        if bad is not None:
+            row, _, overflow = bad
+            where, value = f"{shown}: row {row + 1}, column {column_name!r}", float(wide[row])
+            if overflow:
+                raise ValueError(f"{where}: {value!r} is outside the float32 range")
+            raise ValueError(f"{where}: non-finite value {value!r}")
+        features[:, j] = cells[:, 0]
 
     labels = table.column(label_column)
     where = f"{shown}: column {label_column!r}"
@@ -633,21 +386,21 @@ def _read_parquet(file: Path, shown: str, name: str, label_column: str) -> Datas
         labels = labels.cast(labels.type.value_type)
     if pa.types.is_string(labels.type) or pa.types.is_large_string(labels.type):
         # Text labels follow the csv rules, so a table and its csv export agree on the codes.
-        texts = [s.strip() for s in labels.to_pylist()]
+        texts = labels.to_pylist()
         for row, text in enumerate(texts):
-            if not text or text.lower() == "nan":
+            if is_missing_text(text):
                 raise ValueError(f"{shown}: row {row + 1}, column {label_column!r}: missing label")
-        codes, class_names = class_codes(texts, where)
+        codes, class_names = class_codes([text.strip() for text in texts], where)
     else:
         try:
-            codes, class_names = _codes_from_array(_labels_array(labels.to_numpy()))
-        except _LabelError as e:
+            codes, class_names = codes_from_array(labels.to_numpy())
+        except LabelError as e:
             if e.index is None:
                 raise ValueError(f"{where}: {e.problem}") from None
             raise ValueError(
                 f"{shown}: row {e.index + 1}, column {label_column!r}: {e.problem}"
             ) from None
-    return _dataset(name, features, codes, class_names)
+    return Dataset(name, read_only(features), read_only(codes), class_names)
 
 
 # ------------------------------------------------------------------ writing
@@ -745,7 +498,7 @@ def _label_cells(class_names: tuple[str, ...], y: np.ndarray, delimiter: str) ->
         raise ValueError(f"dataset: {len(class_names)} class names for codes up to {n_classes - 1}")
     cells = []
     for name in class_names:
-        if not isinstance(name, str) or name != name.strip() or not name or name.lower() == "nan":
+        if not isinstance(name, str) or name != name.strip() or is_missing_text(name):
             # Reading strips cells and takes "" and "nan" as missing labels.
             raise ValueError(f"dataset: class name {name!r} would not read back as itself")
         buffer = io.StringIO()

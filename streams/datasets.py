@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import functools
 import gzip
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from oahu.streams.dataset import Dataset, read_only
+from oahu.streams.dataset_files import SUFFIXES, read_dataset
 from oahu.streams.packaged_datasets import PACKAGED, load_packaged
 
 FASHION_MNIST_ROOT = "/usr/share/datasets/fashion-mnist"
@@ -33,44 +34,19 @@ _IDX_IMAGES_MAGIC, _IDX_LABELS_MAGIC = 2051, 2049
 _FASHION_PARTS = ("train", "t10k")  # train first: 60,000 + 10,000 items
 
 
-@dataclass(frozen=True)
-class Dataset:
-    """A labelled dataset: ``X`` float32 (n, d) with values in [0, 1], ``y`` int64 (n,).
+@functools.cache
+def load_digits() -> Dataset:
+    """scikit-learn's bundled digits (1,797 x 64), pixel values 0..16 scaled by 1/16.
 
     >>> ds = load_digits()
     >>> ds.name, ds.X.shape, ds.X.dtype.name, float(ds.X.max()), ds.y[:5].tolist()
     ('digits', (1797, 64), 'float32', 1.0, [0, 1, 2, 3, 4])
     """
-
-    name: str
-    X: np.ndarray
-    y: np.ndarray
-    # The original label of each class code, where the source named them (e.g. a CSV's "cat",
-    # "dog"); empty when the labels were integer codes already.
-    class_names: tuple[str, ...] = ()
-
-    @property
-    def n_items(self) -> int:
-        return len(self.y)
-
-    @property
-    def n_features(self) -> int:
-        return self.X.shape[1]
-
-
-def _read_only(a: np.ndarray) -> np.ndarray:
-    a.setflags(write=False)
-    return a
-
-
-@functools.cache
-def load_digits() -> Dataset:
-    """scikit-learn's bundled digits (1,797 x 64), pixel values 0..16 scaled by 1/16."""
     from sklearn.datasets import load_digits as sk_load_digits  # only this loader needs sklearn
 
     bunch = sk_load_digits()
     X = (bunch.data / 16.0).astype(np.float32)
-    return Dataset("digits", _read_only(X), _read_only(bunch.target.astype(np.int64)))
+    return Dataset("digits", read_only(X), read_only(bunch.target.astype(np.int64)))
 
 
 def _read_idx(path: Path, magic: int, header_bytes: int) -> np.ndarray:
@@ -110,13 +86,13 @@ def load_fashion_mnist(root: str = FASHION_MNIST_ROOT) -> Dataset:
     y = np.concatenate(labels).astype(np.int64)
     if len(X) != len(y):
         raise ValueError(f"{root}: {len(X)} images but {len(y)} labels")
-    return Dataset("fashion-mnist", _read_only(X), _read_only(y))
+    return Dataset("fashion-mnist", read_only(X), read_only(y))
 
 
 @functools.cache
 def _load_packaged(name: str) -> Dataset:
     X, y, class_names = load_packaged(name)
-    return Dataset(name, _read_only(X), _read_only(y), class_names)
+    return Dataset(name, read_only(X), read_only(y), class_names)
 
 
 def load_dataset(name: str, label_column: str | None = None) -> Dataset:
@@ -142,16 +118,11 @@ def load_dataset(name: str, label_column: str | None = None) -> Dataset:
     if name in PACKAGED:
         return _load_packaged(name)
     if looks_like_path(name):
-        from oahu.streams.dataset_files import read_dataset  # it builds on this module
-
         return read_dataset(name, label_column)
     raise ValueError(
         f"dataset: unknown name {name!r}; choose one of {', '.join(DATASETS)}, or give the path "
         "of a labelled .npz, .csv, .tsv or .parquet file"
     )
-
-
-_FILE_SUFFIXES = (".npz", ".csv", ".tsv", ".parquet", ".gz")
 
 
 def looks_like_path(name: str) -> bool:
@@ -162,4 +133,4 @@ def looks_like_path(name: str) -> bool:
     (True, False)
     """
     text = str(name)
-    return "/" in text or text.lower().endswith(_FILE_SUFFIXES) or Path(text).is_file()
+    return "/" in text or text.lower().endswith(SUFFIXES) or Path(text).is_file()

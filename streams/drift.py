@@ -43,8 +43,10 @@ import math
 import numpy as np
 
 from oahu.checks import check_choice, check_int
+from oahu.streams.benchmark_stream import protocol_meta
 from oahu.streams.closure import PROTOCOL_KINDS
-from oahu.streams.datasets import Dataset, load_dataset
+from oahu.streams.dataset import Dataset
+from oahu.streams.datasets import load_dataset
 from oahu.streams.groupings import Grouping, grouping_for
 from oahu.streams.protocol import (
     _check_n,
@@ -54,7 +56,7 @@ from oahu.streams.protocol import (
     random_triplets,
     split_dev_test,
 )
-from oahu.streams.stream_file import KINDS, PROTOCOLS, ConstraintStream, protocol_meta
+from oahu.streams.stream_file import KINDS, PROTOCOLS, ConstraintStream
 
 __all__ = [
     "DRIFTS",

@@ -48,10 +48,12 @@ import numbers
 
 import numpy as np
 
-from oahu.streams.datasets import Dataset, load_dataset
+from oahu.streams.benchmark_stream import build_stream, protocol_meta
+from oahu.streams.dataset import Dataset
+from oahu.streams.datasets import load_dataset
 from oahu.streams.groupings import Grouping, grouping_for
 from oahu.streams.protocol import _check_n, _rng, split_dev_test
-from oahu.streams.stream_file import ConstraintStream, build_stream, protocol_meta
+from oahu.streams.stream_file import ConstraintStream
 
 __all__ = [
     "HIERARCHY_LEVELS",

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np
 
+from oahu.streams.dataset_arrays import class_codes
+
 __all__ = [
     "PACKAGED",
     "PackagedSet",
@@ -246,8 +248,6 @@ def _parse(spec: PackagedSet, files: dict[str, bytes]) -> tuple[np.ndarray, np.n
         rows = _rows(data.decode(), skip_header=False)
         X = np.array([row[:-1] for row in rows], dtype=np.float64)
         raw_labels = [row[-1] for row in rows]
-    from oahu.streams.dataset_files import class_codes  # it imports this module's importer
-
     y, names = class_codes(raw_labels, spec.name)
     return _scale(X, spec.value_range), y, names
 

@@ -49,17 +49,7 @@ import numpy as np
 from oahu.checks import check_choice, check_int
 from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES
 from oahu.streams.atomic import atomic_open
-from oahu.streams.closure import PROTOCOL_KINDS
-from oahu.streams.datasets import Dataset, load_dataset
 from oahu.streams.jsonl import OPTIONAL_FIELDS, iter_jsonl, read_jsonl, write_jsonl
-from oahu.streams.protocol import (
-    SPLITS,
-    closure_stream,
-    random_pairs,
-    random_triplets,
-    split_classes,
-    split_dev_test,
-)
 
 __all__ = [
     "FORMAT_VERSION",
@@ -67,7 +57,6 @@ __all__ = [
     "OPTIONAL_FIELDS",
     "PROTOCOLS",
     "ConstraintStream",
-    "build_stream",
     "iter_jsonl",
     "load_stream",
     "read_jsonl",
@@ -440,99 +429,3 @@ def _not_a_stream(path: str | os.PathLike[str], start: bytes, why: str = "") -> 
         f"{path}: not an oahu stream file (expected a .npz stream written by `oahu make-stream`, "
         f"or JSON Lines{'; ' + why if why else ''}); it starts with {shown}"
     )
-
-
-def build_stream(*args: Any, **kwargs: Any) -> ConstraintStream:
-    """The paper's benchmark stream (docs/algorithms.md) for a dataset: a seeded split into
-    development and test items, then ``n_constraints`` constraints from the development items
-    by ``protocol``.
-
-    ``build_stream(dataset, n_constraints, seed=0, kind="triplet", protocol="closure", *,
-    split="items", label_column=None)``, or ``build_stream(X, y, n_constraints, seed=0, ...)``.
-
-    The dataset is a built-in name (:data:`oahu.streams.datasets.DATASETS`), the path of the
-    user's labelled file (``.npz``, ``.csv``, ``.tsv``, ``.parquet``; ``label_column`` names a
-    table's label column), a :class:`Dataset`, or two arrays ``X, y`` in its place.
-
-    ``split="items"`` is the classification protocol, a 1:1 split of the items;
-    ``split="classes"`` the class-disjoint retrieval protocol (Section 4.5): constraints from the
-    items of half of the classes, evaluation (Recall@K, leave-one-out kNN) on the other half.
-
-    >>> s = build_stream("digits", n_constraints=100, seed=0)
-    >>> len(s), s.kind, len(s.dev_idx), s.meta["n_seeds"]
-    (100, 'triplet', 899, 50)
-    >>> X = np.random.default_rng(0).normal(size=(40, 3))
-    >>> s = build_stream(X, np.arange(40) % 4, 20, seed=1, split="classes")
-    >>> len(s), sorted(set(s.y[s.dev_idx].tolist())), s.meta["split"]
-    (20, [0, 3], 'classes')
-    """
-    if args and not isinstance(args[0], (str, os.PathLike, Dataset)):
-        if len(args) < 2:
-            raise TypeError("build_stream(X, y, n_constraints, ...): y is missing")
-        from oahu.streams.dataset_files import dataset_from_arrays  # it builds on datasets.py
-
-        if "label_column" in kwargs:
-            raise TypeError("build_stream: label_column is for a dataset file, not arrays")
-        return _build_stream(dataset_from_arrays(args[0], args[1]), *args[2:], **kwargs)
-    return _build_stream(*args, **kwargs)
-
-
-def _build_stream(
-    dataset: str | os.PathLike[str] | Dataset,
-    n_constraints: int,
-    seed: int = 0,
-    kind: str = "triplet",
-    protocol: str = "closure",
-    *,
-    split: str = "items",
-    label_column: str | None = None,
-) -> ConstraintStream:
-    check_choice(kind, "kind", KINDS)
-    if kind not in PROTOCOL_KINDS:
-        # What a quadruplet says (a pair closer than another pair) needs more than class labels.
-        raise ValueError(
-            f"kind: the paper's protocol builds {' or '.join(PROTOCOL_KINDS)} streams, got "
-            f"{kind!r}; a quadruplet stream comes from a label hierarchy "
-            "(oahu.streams.build_hierarchy_stream)"
-        )
-    check_choice(protocol, "protocol", PROTOCOLS)
-    check_choice(split, "split", SPLITS)
-    check_int(n_constraints, "n_constraints", minimum=0)
-    if isinstance(dataset, Dataset):
-        if label_column is not None:
-            raise ValueError("label_column: only for a dataset file, not a Dataset")
-        ds = dataset
-    else:
-        ds = load_dataset(os.fspath(dataset), label_column)
-    if split == "classes":
-        dev_idx, test_idx = split_classes(ds.y, seed)
-    else:
-        dev_idx, test_idx = split_dev_test(ds.n_items, seed)
-    similar = None
-    if protocol == "random":
-        sampler = random_triplets if kind == "triplet" else random_pairs
-        drawn = sampler(ds.y, dev_idx, n_constraints, seed)
-        constraints, similar = (drawn, None) if kind == "triplet" else drawn
-        n_seeds = len(constraints)
-    else:
-        closure = closure_stream(ds.y, dev_idx, n_constraints, seed, kind)
-        constraints, similar, n_seeds = closure.constraints, closure.similar, closure.is_seed.sum()
-    meta = protocol_meta(ds.name, seed, protocol, n_constraints, n_seeds)
-    if split == "classes":
-        meta["split"] = split
-        meta["seen_classes"] = np.unique(ds.y[dev_idx]).tolist()
-    return ConstraintStream(ds.X, ds.y, dev_idx, test_idx, kind, constraints, similar, meta)
-
-
-def protocol_meta(
-    dataset: str, seed: int, protocol: str, n_constraints: int, n_seeds: int
-) -> dict[str, Any]:
-    """The meta of a stream built by the paper's protocol (streams/FORMAT.md)."""
-    return {
-        "format_version": FORMAT_VERSION,
-        "dataset": dataset,
-        "seed": int(seed),
-        "protocol": protocol,
-        "n_constraints": int(n_constraints),
-        "n_seeds": int(n_seeds),
-    }

@@ -19,7 +19,8 @@ import torch
 from oahu.learner import Learner
 from oahu.registry import make_learner
 from oahu.service.learning.link import ParentLink, ReindexSchedule
-from oahu.streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.stream_file import ConstraintStream
 
 REPO = Path(__file__).resolve().parents[1]
 

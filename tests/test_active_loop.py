@@ -19,7 +19,7 @@ from oahu.experiments.active_loop import (
     answered_triplets,
 )
 from oahu.registry import make_learner
-from oahu.streams.stream_file import build_stream
+from oahu.streams.benchmark_stream import build_stream
 
 # ------------------------------------------------------------------ the annotator by hand
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from benchmarks.figure4a import figure_stem, subsample, subsample_file
-from oahu.streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.stream_file import ConstraintStream
 
 
 def test_subsample_keeps_stream_order_and_pair_labels():

@@ -15,13 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oahu.streams.dataset_files import (
-    SUFFIXES,
-    dataset_from_arrays,
-    read_dataset,
-    write_dataset_csv,
-)
-from oahu.streams.datasets import Dataset, load_digits
+from oahu.streams.dataset import Dataset
+from oahu.streams.dataset_arrays import dataset_from_arrays
+from oahu.streams.dataset_files import SUFFIXES, read_dataset, write_dataset_csv
+from oahu.streams.datasets import load_digits
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DELIMITERS = {".csv": ",", ".tsv": "\t", ".csv.gz": ",", ".tsv.gz": "\t"}

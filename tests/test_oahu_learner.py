@@ -311,7 +311,7 @@ def test_hedge_discounts_the_depths_by_their_prequential_mistakes() -> None:
 def test_the_hedge_weights_the_depth_that_ranks_new_constraints_right_more_often(seed) -> None:
     """Over a whole stream (the prequential window covers all of it), the depth with fewer
     prequential mistakes ends with more of α."""
-    from oahu.streams.stream_file import build_stream
+    from oahu.streams.benchmark_stream import build_stream
 
     stream = build_stream("digits", 1500, seed)
     model = OAHU(stream.n_features, device="cpu", prequential_window=1500, seed=seed)

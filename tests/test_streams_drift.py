@@ -15,7 +15,9 @@ from stream_support import assert_same_stream, round_trip_both_formats
 
 from oahu.cli.main import main
 from oahu.streams import build_drift_stream
-from oahu.streams.datasets import Dataset, load_dataset, load_digits
+from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.dataset import Dataset
+from oahu.streams.datasets import load_dataset, load_digits
 from oahu.streams.drift import drift_mask, novel_classes, rotate90
 from oahu.streams.groupings import (
     DRIFT_GROUPINGS,
@@ -26,7 +28,6 @@ from oahu.streams.groupings import (
 )
 from oahu.streams.stream_file import (
     ConstraintStream,
-    build_stream,
     iter_jsonl,
     load_stream,
     read_jsonl,

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from oahu.streams.datasets import Dataset
+from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.dataset import Dataset
 from oahu.streams.stream_file import (
     ConstraintStream,
-    build_stream,
     iter_jsonl,
     load_stream,
     read_jsonl,

@@ -28,7 +28,8 @@ from oahu.streams import (
     matched_triplet_stream,
     split_dev_test,
 )
-from oahu.streams.datasets import Dataset, load_dataset
+from oahu.streams.dataset import Dataset
+from oahu.streams.datasets import load_dataset
 from oahu.streams.noise import _constraint_log_weights
 from oahu.streams.stream_file import (
     ConstraintStream,

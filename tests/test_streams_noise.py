@@ -18,10 +18,10 @@ from stream_support import assert_same_stream
 
 from oahu.cli.main import main
 from oahu.streams import NOISE_MODELS, add_noise, build_drift_stream, class_confusability
+from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.noise import _constraint_log_weights
 from oahu.streams.stream_file import (
     ConstraintStream,
-    build_stream,
     iter_jsonl,
     load_stream,
     read_jsonl,

@@ -15,9 +15,9 @@ import pytest
 
 from oahu.cli.main import main
 from oahu.streams import packaged_datasets as packaged
+from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.datasets import DATASETS, load_dataset
 from oahu.streams.packaged_datasets import PACKAGED, PackagedSet, fetch_packaged, load_packaged
-from oahu.streams.stream_file import build_stream
 
 # name: (items, features, classes, smallest class), from the sets' documentation.
 EXPECTED = {

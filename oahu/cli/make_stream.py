@@ -9,12 +9,14 @@ import textwrap
 
 from oahu.checks import check_number
 from oahu.cli.stream_arguments import add_stream_arguments
-from oahu.streams.datasets import Dataset, load_dataset
+from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.dataset import Dataset
+from oahu.streams.datasets import load_dataset
 from oahu.streams.drift import DRIFTS, build_drift_stream
 from oahu.streams.groupings import DRIFT_GROUPINGS, GROUPINGS, grouping_for
 from oahu.streams.hierarchy import build_hierarchy_stream
 from oahu.streams.noise import NOISE_MODELS, add_noise
-from oahu.streams.stream_file import KINDS, ConstraintStream, build_stream, write_jsonl
+from oahu.streams.stream_file import KINDS, ConstraintStream, write_jsonl
 
 #: One line per kind of drift, for --help (M: --drift-at, W: --drift-width).
 DRIFT_HELP: dict[str, str] = {

@@ -18,9 +18,10 @@ from oahu.experiments.stream_replay import ReplayStats, as_json_floats, replay
 from oahu.learners.oahu.config import PRESETS
 from oahu.registry import LEARNER_NAMES, check_params, learner_class, make_learner
 from oahu.settings import parse_settings
+from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.datasets import load_dataset
 from oahu.streams.groupings import Grouping
-from oahu.streams.stream_file import ConstraintStream, build_stream, load_stream
+from oahu.streams.stream_file import ConstraintStream, load_stream
 
 DEFAULT_BATCH = 100  # questions per round of --oracle
 

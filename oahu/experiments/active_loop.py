@@ -25,8 +25,9 @@ from oahu.active import suggest
 from oahu.checks import check_choice, check_int, check_number
 from oahu.experiments.stream_replay import ReplayStats, replay
 from oahu.learner import Learner
-from oahu.streams.datasets import Dataset
-from oahu.streams.stream_file import ConstraintStream, build_stream
+from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.dataset import Dataset
+from oahu.streams.stream_file import ConstraintStream
 
 # --oracle -> the suggestion strategy it asks (None: the paper's random protocol).
 ORACLES: dict[str, str | None] = {

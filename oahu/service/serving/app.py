@@ -56,7 +56,7 @@ ITEM_SYNC_TIMEOUT_SECONDS = 30.0
 
 def default_stream(config: ServiceConfig) -> Path:
     """The bundled-digits stream ``oahu run`` learns from when given no source (built once)."""
-    from oahu.streams.stream_file import build_stream
+    from oahu.streams.benchmark_stream import build_stream
 
     path = Path(config.checkpoint_dir).resolve() / (
         f"digits-{config.default_constraints}-seed{config.seed}.npz"
