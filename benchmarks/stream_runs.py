@@ -31,6 +31,7 @@ def evaluate_on_stream(
         n_pairs=1000,
         seed=seed,
         max_queries=max_queries,
+        leave_one_out=stream.class_disjoint,
     )
 
 

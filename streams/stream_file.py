@@ -298,7 +298,13 @@ class ConstraintStream:
         leaves each query out)."""
         if self.gallery_idx is not None:
             return self.gallery_idx
-        return self.eval_query_idx if self.meta.get("split") == "classes" else self.dev_idx
+        return self.eval_query_idx if self.class_disjoint else self.dev_idx
+
+    @property
+    def class_disjoint(self) -> bool:
+        """Whether the stream follows the class-disjoint protocol (``meta["split"] ==
+        "classes"``): its test items' classes never occur among its development items."""
+        return self.meta.get("split") == "classes"
 
     @property
     def eval_query_idx(self) -> np.ndarray:

@@ -284,6 +284,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
         max_queries=args.max_queries,
         coarse=hierarchy_labels(stream),
+        leave_one_out=stream.class_disjoint,
     )
     report = {
         **result.to_dict(),

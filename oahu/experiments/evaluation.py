@@ -1,8 +1,8 @@
 """Evaluating a learned metric the way the paper does (Section 4).
 
 The development split is the kNN gallery and the test split the queries: error rate and macro-F1
-of Eq. 23-25 classification (leave-one-out within the test split when the gallery is the test
-split itself, as in the class-disjoint protocol, whose test classes have no development items);
+of Eq. 23-25 classification (leave-one-out within the test split in the class-disjoint
+protocol, whose test classes have no development items);
 verification as in the paper's LFW experiment (Section 4.4), the ROC AUC of the continuous Eq. 26
 score over a fixed, seeded sample of test pairs, half of one class and half of two
 (:func:`verification_pairs`); and Recall@K (Section 4.5.2) retrieving within the test split with
@@ -221,6 +221,7 @@ def evaluate(
     max_queries: int | None = None,
     index_kind: str = "exact",
     coarse: np.ndarray | None = None,
+    leave_one_out: bool = False,
 ) -> Evaluation:
     """Classification, verification and retrieval quality of ``learner`` (see module doc).
 
@@ -229,7 +230,10 @@ def evaluate(
     that many queries instead of all of them (an unbiased estimate, for sweeps where the full test
     split costs too much); the galleries stay whole. ``coarse``, a coarser label per item of
     ``X`` (e.g. :func:`oahu.streams.groupings.coarse_labels` of ``y``), adds the graded nDCG@10
-    of the Recall@K retrieval (:func:`graded_ndcg`) as ``ndcg_at_10``.
+    of the Recall@K retrieval (:func:`graded_ndcg`) as ``ndcg_at_10``. ``leave_one_out``
+    classifies with the queries as their own gallery (``gallery_idx`` equal to ``query_idx``),
+    never counting a query as its own neighbour: the class-disjoint protocol, whose test
+    classes have no development items.
 
     >>> from oahu.learners.baselines.euclidean import Euclidean
     >>> from oahu.streams.datasets import load_digits
@@ -259,9 +263,8 @@ def evaluate(
     queries = learner.embed(X[query_idx[subset]], role="query")
     query_labels = y[query_idx[subset]]
 
-    # A gallery that is the query set itself (the class-disjoint protocol: the unseen classes
-    # have no development items) classifies leave-one-out: a query is never its own neighbour.
-    leave_one_out = np.array_equal(np.asarray(gallery_idx), query_idx)
+    if leave_one_out and not np.array_equal(np.asarray(gallery_idx), query_idx):
+        raise ValueError("leave_one_out: the gallery must be the queries themselves")
     quality = classification_quality(
         learner,
         X[gallery_idx],
