@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _list() -> int:
-    fashion = "here" if is_fashion_installed() else "missing: apt-get install dataset-fashion-mnist"
+    fashion = "here" if _fashion_installed() else "missing: apt-get install dataset-fashion-mnist"
     print(f"{'digits':<14} scikit-learn's 8x8 digits, 1,797 x 64, 10 classes (bundled)")
     print(f"{'fashion-mnist':<14} Fashion-MNIST, 70,000 x 784, 10 classes ({fashion})")
     for name, spec in PACKAGED.items():
@@ -49,7 +49,7 @@ def _list() -> int:
     return 0
 
 
-def is_fashion_installed() -> bool:
+def _fashion_installed() -> bool:
     return Path(FASHION_MNIST_ROOT).is_dir()
 
 
