@@ -38,6 +38,7 @@ from starlette.routing import Match, Route
 from oahu.connectors.constraint import MISSING_LABEL, DecodeError
 from oahu.learner import MetricKind
 from oahu.service.catalog import Catalog
+from oahu.service.console import add_console
 from oahu.service.config import ServiceConfig
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
@@ -371,6 +372,8 @@ def create_app(view: ServiceView) -> FastAPI:
             "snapshot_error": view.publisher.error,
         }
         return JSONResponse(body, status_code=200 if ok else 503)
+
+    add_console(app, view)
 
     @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
     def metrics() -> Response:

@@ -1,0 +1,14 @@
+"""Placeholder: filled in by its own change."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fastapi import APIRouter
+
+if TYPE_CHECKING:
+    from oahu.service.serving.api import ServiceView
+
+
+def explore_router(view: ServiceView) -> APIRouter:
+    return APIRouter()
