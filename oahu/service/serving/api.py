@@ -39,6 +39,7 @@ from oahu.connectors.constraint import MISSING_LABEL, DecodeError
 from oahu.learner import MetricKind
 from oahu.service.catalog import Catalog
 from oahu.service.console import add_console
+from oahu.service.console.history import LearningHistory
 from oahu.service.config import ServiceConfig
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
@@ -122,6 +123,7 @@ class ServiceView:
     readiness: Callable[[], dict[str, str | None]]  # named checks: None if passing, else why
     healthy: Callable[[], bool]
     items_synced: Callable[[int], None]  # wait until the learner can resolve this item version
+    history: LearningHistory  # the learner's reports, for the console's curves
 
 
 def create_app(view: ServiceView) -> FastAPI:

@@ -29,6 +29,7 @@ from oahu.service.checkpoints import (
     restore_checkpoint,
 )
 from oahu.service.config import ServiceConfig
+from oahu.service.console.history import LearningHistory
 from oahu.service.item_store import ItemStore
 from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
@@ -113,16 +114,20 @@ class Service:
             self.catalog, self.metrics, config.index, config.ivf_nprobe
         )
         self._initial = learner_to_bytes(self.learner)
+        status = {
+            **model_status(self.learner, progress, progress, checkpoint_path(state_dir)),
+            "source_ready": False,
+        }
+        self.history = LearningHistory()  # the console's curve, from the checkpoint on
+        self.history.record(status)
         self.learning = LearnerProcess(
             learner_main,
             (config,),
             Start(self._initial, progress.to_extra(), fell_back),
-            {
-                **model_status(self.learner, progress, progress, checkpoint_path(state_dir)),
-                "source_ready": False,
-            },
+            status,
             self.publisher.submit,
             self.metrics.forward,
+            self.history.record,
         )
         # API item changes go to the learner process (before it runs, it reads the overlay file)
         self.catalog.on_change = self.learning.forward
@@ -191,6 +196,7 @@ class Service:
             readiness=self.readiness,
             healthy=lambda: self.learner_error is None,
             items_synced=self._items_synced,
+            history=self.history,
         )
 
     def _items_synced(self, version: int) -> None:

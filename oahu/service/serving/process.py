@@ -44,7 +44,7 @@ class LearnerProcess:
 
     ``start`` spawns ``target(*args, inbox, outbox)``, whose first message is ``initial``; a
     reader thread hands learners (:mod:`oahu.persistence` bytes) to ``on_state``, metric
-    families to ``on_families`` and keeps the latest ``status``.
+    families to ``on_families`` and keeps the latest ``status`` (also handed to ``on_status``).
     ``forward`` sends an item change, ``wait_items`` waits until it is applied, ``stop`` asks for
     a clean stop and waits for the process to exit. ``finished`` is set once it has exited;
     ``error`` then says why if it failed. ``report_age`` is the seconds since its last report
@@ -60,8 +60,10 @@ class LearnerProcess:
         status: dict[str, Any],
         on_state: Callable[[bytes], None],
         on_families: Callable[[list[Metric]], None],
+        on_status: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.status = status
+        self.on_status = on_status
         self.on_state = on_state
         self.on_families = on_families
         self.error: str | None = None
@@ -165,6 +167,8 @@ class LearnerProcess:
                     self._reported_at = time.monotonic()
                     self.status = status
                     self.on_families(families)
+                    if self.on_status is not None:
+                        self.on_status(status)
                 case Ack(version):
                     with self._acked_cond:
                         self._acked = max(self._acked, version)
