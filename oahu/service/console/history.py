@@ -10,12 +10,16 @@ grows (the newest point is always shown as it stands, in ``latest``).
 
 from __future__ import annotations
 
+import itertools
+import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_CAPACITY = 512
+RATE_WINDOW_SECONDS = 5.0  # the current learning rate is measured over this much of the past
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,21 +32,31 @@ class Point:
     time: float
     seen: int
     accuracy: float | None
-    depth_accuracy: tuple[float, ...]
-    alpha: tuple[float, ...]
+    depth_accuracy: tuple[float | None, ...]
+    alpha: tuple[float | None, ...]
 
     @classmethod
     def of(cls, status: dict[str, Any], now: float) -> Point:
         diagnostics = status.get("diagnostics") or {}
         depths = diagnostics.get("depth_prequential_accuracy") or ()
-        accuracy = status.get("prequential_accuracy")
+        seen = int(status.get("constraints_seen", 0))
+        if seen == 0:  # no prediction made yet: an accuracy of 0 would be a false start
+            depths = [None] * len(depths)
         return cls(
             now,
-            int(status.get("constraints_seen", 0)),
-            None if accuracy is None else float(accuracy),
-            tuple(float(a) for a in depths),
-            tuple(float(a) for a in status.get("alpha") or ()),
+            seen,
+            _finite(status.get("prequential_accuracy")) if seen else None,
+            tuple(_finite(a) for a in depths),
+            tuple(_finite(a) for a in status.get("alpha") or ()),
         )
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a float, None when there is none or it is not finite (JSON has no NaN)."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 class LearningHistory:
@@ -61,8 +75,8 @@ class LearningHistory:
     >>> curve = history.curve()
     >>> curve["seen"], curve["rate"]
     ([1, 5, 9], [None, 1.0, 1.0])
-    >>> history.latest.seen
-    10
+    >>> history.latest.seen, history.recent_rate()
+    (10, 1.0)
     """
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
@@ -74,6 +88,7 @@ class LearningHistory:
         self.latest: Point | None = None
         self._points: list[tuple[int, Point]] = []  # (number, point)
         self._reports = 0  # reports that showed progress, numbered from 0
+        self._recent: deque[Point] = deque()  # the reports of the last RATE_WINDOW_SECONDS
         self._lock = threading.Lock()
 
     def record(self, status: dict[str, Any], now: float | None = None) -> None:
@@ -82,6 +97,9 @@ class LearningHistory:
         with self._lock:
             previous = self.latest
             self.latest = point
+            self._recent.append(point)
+            while self._recent[0].time < point.time - RATE_WINDOW_SECONDS:
+                self._recent.popleft()
             if previous is not None and point.seen == previous.seen:
                 return  # nothing learned since: the curve has no new x
             if self._points and point.seen < self._points[-1][1].seen:
@@ -98,6 +116,16 @@ class LearningHistory:
                 self._points = [(n, p) for n, p in self._points if n % self.stride == 0]
             self.version += 1
 
+    def recent_rate(self) -> float | None:
+        """Constraints seen per second over the last few seconds of reports (None without two
+        reports in that window)."""
+        with self._lock:
+            if len(self._recent) < 2:
+                return None
+            first, last = self._recent[0], self._recent[-1]
+        elapsed = last.time - first.time
+        return max(0.0, (last.seen - first.seen) / elapsed) if elapsed > 0 else None
+
     def points(self) -> list[Point]:
         with self._lock:
             return [p for _, p in self._points]
@@ -107,7 +135,7 @@ class LearningHistory:
         and the one before it (None for the first)."""
         points = self.points()
         rate: list[float | None] = [None]
-        for before, after in zip(points, points[1:], strict=False):
+        for before, after in itertools.pairwise(points):
             elapsed = after.time - before.time
             rate.append((after.seen - before.seen) / elapsed if elapsed > 0 else None)
         n_depths = max((len(p.alpha) for p in points), default=0)

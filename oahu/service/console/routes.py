@@ -8,6 +8,8 @@ from fastapi import FastAPI
 
 from oahu.service.console.answers import answers_router
 from oahu.service.console.explore import explore_router
+from oahu.service.console.live import live_router
+from oahu.service.console.pages import add_pages
 
 if TYPE_CHECKING:
     from oahu.service.serving.api import ServiceView
@@ -15,5 +17,7 @@ if TYPE_CHECKING:
 
 def add_console(app: FastAPI, view: ServiceView) -> None:
     """Add the console's pages and endpoints to ``app`` (the API stays under ``/v1``)."""
+    app.include_router(live_router(view))
     app.include_router(explore_router(view))
     app.include_router(answers_router(view))
+    add_pages(app)
