@@ -104,7 +104,9 @@ def _build_stream(
     if split == "classes":
         meta["split"] = split
         meta["seen_classes"] = np.unique(ds.y[dev_idx]).tolist()
-    return ConstraintStream(ds.X, ds.y, dev_idx, test_idx, kind, constraints, similar, meta)
+    return ConstraintStream(
+        ds.X, ds.y, dev_idx, test_idx, kind, constraints, similar, meta, image_shape=ds.image_shape
+    )
 
 
 def protocol_meta(

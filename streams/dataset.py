@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oahu.streams.image_shape import ImageShape, check_image_shape
+
 __all__ = ["Dataset", "read_only"]
 
 
@@ -17,8 +19,11 @@ class Dataset:
     file keeps its values (:mod:`oahu.streams.dataset_files`).
 
     >>> ds = Dataset("tiny", read_only(np.zeros((3, 2), np.float32)), read_only(np.arange(3)))
-    >>> ds.n_items, ds.n_features, ds.class_names
-    (3, 2, ())
+    >>> ds.n_items, ds.n_features, ds.class_names, ds.image_shape
+    (3, 2, (), None)
+
+    ``image_shape`` (height, width) is set for the image sets, whose features are the pixels in
+    row-major order (:mod:`oahu.streams.image_shape`).
     """
 
     name: str
@@ -27,6 +32,11 @@ class Dataset:
     # The original label of each class code, where the source named them (e.g. a CSV's "cat",
     # "dog"); empty when the labels were integer codes already.
     class_names: tuple[str, ...] = ()
+    image_shape: ImageShape | None = None
+
+    def __post_init__(self) -> None:
+        shape = check_image_shape(self.image_shape, self.X.shape[1] if self.X.ndim == 2 else None)
+        object.__setattr__(self, "image_shape", shape)  # frozen: the checked tuple, once
 
     @property
     def n_items(self) -> int:

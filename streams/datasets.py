@@ -11,6 +11,9 @@
   (:mod:`oahu.streams.dataset_files`: ``.npz``, ``.csv``, ``.tsv``, ``.parquet``), read as
   given, not rescaled.
 
+The image sets (digits, fashion-mnist, and the packaged optdigits and mnist-5k) record the
+shape of their images (``Dataset.image_shape``), which streams built from them carry.
+
 Decoded arrays are cached per process and returned read-only, so callers share one copy.
 """
 
@@ -41,12 +44,15 @@ def load_digits() -> Dataset:
     >>> ds = load_digits()
     >>> ds.name, ds.X.shape, ds.X.dtype.name, float(ds.X.max()), ds.y[:5].tolist()
     ('digits', (1797, 64), 'float32', 1.0, [0, 1, 2, 3, 4])
+    >>> ds.image_shape  # each row is an 8x8 image, row-major
+    (8, 8)
     """
     from sklearn.datasets import load_digits as sk_load_digits  # only this loader needs sklearn
 
     bunch = sk_load_digits()
     X = (bunch.data / 16.0).astype(np.float32)
-    return Dataset("digits", read_only(X), read_only(bunch.target.astype(np.int64)))
+    y = read_only(bunch.target.astype(np.int64))
+    return Dataset("digits", read_only(X), y, image_shape=(8, 8))
 
 
 def _read_idx(path: Path, magic: int, header_bytes: int) -> np.ndarray:
@@ -86,13 +92,13 @@ def load_fashion_mnist(root: str = FASHION_MNIST_ROOT) -> Dataset:
     y = np.concatenate(labels).astype(np.int64)
     if len(X) != len(y):
         raise ValueError(f"{root}: {len(X)} images but {len(y)} labels")
-    return Dataset("fashion-mnist", read_only(X), read_only(y))
+    return Dataset("fashion-mnist", read_only(X), read_only(y), image_shape=(28, 28))
 
 
 @functools.cache
 def _load_packaged(name: str) -> Dataset:
     X, y, class_names = load_packaged(name)
-    return Dataset(name, read_only(X), read_only(y), class_names)
+    return Dataset(name, read_only(X), read_only(y), class_names, PACKAGED[name].image_shape)
 
 
 def load_dataset(name: str, label_column: str | None = None) -> Dataset:

@@ -283,4 +283,6 @@ def build_drift_stream(
         gallery_idx=gallery_idx,
         query_idx=query_idx,
         start_idx=start_idx,
+        # a square image rotated by 90 degrees keeps its shape
+        image_shape=ds.image_shape,
     )

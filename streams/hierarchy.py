@@ -246,7 +246,17 @@ def build_hierarchy_stream(
         "groups": {group: list(classes) for group, classes in grouping.groups.items()},
         "mix": {"fine_share": fine_share, "fine": n_fine, "coarse": n - n_fine},
     }
-    return ConstraintStream(ds.X, ds.y, dev_idx, test_idx, "quadruplet", constraints, None, meta)
+    return ConstraintStream(
+        ds.X,
+        ds.y,
+        dev_idx,
+        test_idx,
+        "quadruplet",
+        constraints,
+        None,
+        meta,
+        image_shape=ds.image_shape,
+    )
 
 
 def matched_triplet_count(n_quadruplets: int) -> int:

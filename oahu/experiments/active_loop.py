@@ -251,4 +251,5 @@ def _protocol_stream(
         "triplet",
         source.constraints[:n],
         meta=dict(source.meta),
+        image_shape=source.image_shape,
     )
