@@ -24,13 +24,14 @@ import json
 import os
 from collections.abc import Generator, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from oahu.checks import check_int
 from oahu.connectors.messages import encode_constraints
 from oahu.connectors.source import PartitionCallback, SourceRecord
+from oahu.streams.image_shape import check_image_shape
 from oahu.streams.jsonl import CONSTRAINT_FIELDS
 from oahu.streams.stream_file import iter_jsonl, load_stream
 
@@ -43,16 +44,18 @@ class StreamItems(NamedTuple):
     y: np.ndarray
 
 
-def _is_stream_jsonl(path: Path) -> bool:
+def _stream_jsonl_header(path: Path) -> dict[str, Any] | None:
+    """The header record of a JSON Lines stream file; None for a file of messages."""
     with open(path, encoding="utf-8", errors="replace") as fh:
         for line in fh:
             if line.strip():
                 try:
                     first = json.loads(line)
                 except ValueError:
-                    return False
-                return isinstance(first, dict) and first.get("type") == "header"
-    return False
+                    return None
+                is_header = isinstance(first, dict) and first.get("type") == "header"
+                return first if is_header else None
+    return None
 
 
 class FileSource:
@@ -69,8 +72,8 @@ class FileSource:
     >>> src = FileSource(path)
     >>> [(r.offset, len(r.value)) for r in src.poll(10)], src.exhausted
     ([(0, 40), (1, 40)], True)
-    >>> src.items().ids.tolist(), src.items().y.tolist()
-    ([0, 1, 2], [0, 0, 1])
+    >>> src.items().ids.tolist(), src.items().y.tolist(), src.image_shape
+    ([0, 1, 2], [0, 0, 1], None)
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -89,7 +92,8 @@ class FileSource:
             self._total: int | None = len(self._stream)
             self._lines: Generator[bytes, None, None] | None = None
         else:
-            self._stream_jsonl = _is_stream_jsonl(self.path)
+            self._header = _stream_jsonl_header(self.path)
+            self._stream_jsonl = self._header is not None
             self._total = None
             self._lines = self._open_lines()
 
@@ -127,6 +131,16 @@ class FileSource:
         else:
             return None
         return StreamItems(np.arange(stream.n_items), stream.X, stream.y)
+
+    @property
+    def image_shape(self) -> tuple[int, int] | None:
+        """(height, width) of the stream file's items when they are images (the stream's
+        ``image_shape``), else None; None for a file of messages."""
+        if self._lines is None:
+            return self._stream.image_shape
+        if self._header is None:
+            return None
+        return check_image_shape(self._header.get("image_shape"), self._header.get("n_features"))
 
     @property
     def position(self) -> int:

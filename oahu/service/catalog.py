@@ -89,6 +89,20 @@ class Catalog:
     def dim(self) -> int | None:
         return self.items.dim or self.gallery.dim
 
+    @property
+    def image_shape(self) -> tuple[int, int] | None:
+        """(height, width) of the items when they are greyscale images: the gallery's shape,
+        else the item store's (from the files they were loaded from), else None.
+
+        >>> cat = Catalog(ItemStore(dim=4), ItemStore(dim=4, image_shape=(2, 2)), Path("u.npz"))
+        >>> cat.image_shape
+        (2, 2)
+        """
+        for store in (self.gallery, self.items):
+            if store.image_shape is not None and store.dim == self.dim:
+                return store.image_shape
+        return None
+
     def lookup(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """Features of ``ids`` from the item store, or from the gallery for ids the store lacks
         (a gallery file's items are in no store), and a bool mask of the ids found (the rows of
@@ -238,7 +252,8 @@ def base_items(
     those of a stream file source (its constraints name its items by index), read from
     ``source`` when the caller has the file open already; and that stream file (None when the
     source carries no items: Kafka, or a file of messages), whose development items are the
-    default gallery.
+    default gallery. The store keeps the ``image_shape`` of ``--items``, else the stream
+    file's, so that the serving process knows when its items are images.
 
     Both processes assemble their item store with it, so the learner resolves the ids that
     queries name the same way.
@@ -252,4 +267,6 @@ def base_items(
     if stream_items is None:
         return items, None
     items.add(*stream_items)
+    if items.image_shape is None:  # an --items file that records its own shape keeps it
+        items.image_shape = source.image_shape
     return items, Path(config.file_path())

@@ -3,7 +3,8 @@
 Constraints may reference items by id instead of carrying their vectors, and queries may name
 stored items: an :class:`ItemStore` maps ids (strings) to feature rows and int labels. It is
 thread-safe (one lock around every read and write) and counts changes in ``version`` so readers
-can tell when what they cached went stale. The service's catalog
+can tell when what they cached went stale. A store of items that are greyscale images knows
+their ``image_shape`` (height, width), from the file it was loaded from. The service's catalog
 (:mod:`oahu.service.catalog`) holds two of them, the items and the gallery.
 """
 
@@ -20,6 +21,7 @@ import numpy as np
 
 from oahu.checks import check_int
 from oahu.connectors.constraint import MISSING_LABEL, DecodeError
+from oahu.streams.image_shape import ImageShape, check_image_shape
 from oahu.streams.stream_file import load_stream
 
 __all__ = ["ItemStore", "as_ids"]
@@ -54,10 +56,15 @@ class ItemStore:
     Traceback (most recent call last):
     ...
     oahu.connectors.constraint.DecodeError: unknown_item: 1 unknown item id(s), e.g. 'zz'
+    >>> store.get_labels(["b", "a"]).tolist()
+    [4, 3]
+    >>> ItemStore(dim=4, image_shape=(2, 2)).image_shape  # its items are 2x2 images
+    (2, 2)
     """
 
-    def __init__(self, dim: int | None = None) -> None:
+    def __init__(self, dim: int | None = None, image_shape: Any = None) -> None:
         self._dim = None if dim is None else check_int(dim, "dim")
+        self._image_shape = check_image_shape(image_shape, self._dim)
         self._lock = threading.RLock()
         self._ids: list[str] = []
         self._row: dict[str, int] = {}
@@ -73,6 +80,16 @@ class ItemStore:
     def dim(self) -> int | None:
         """Feature dimension (None until the first ``add`` of a store made without one)."""
         return self._dim
+
+    @property
+    def image_shape(self) -> ImageShape | None:
+        """(height, width) when the items are greyscale images whose features are the pixels in
+        row-major order, else None."""
+        return self._image_shape
+
+    @image_shape.setter
+    def image_shape(self, value: Any) -> None:
+        self._image_shape = check_image_shape(value, self._dim)
 
     @property
     def version(self) -> int:
@@ -110,6 +127,12 @@ class ItemStore:
         if any id is unknown."""
         with self._lock:
             return self._X[self._rows(ids)]
+
+    def get_labels(self, ids: Any) -> np.ndarray:
+        """Labels of ``ids`` (int64, ``MISSING_LABEL`` for an item without one);
+        ``DecodeError("unknown_item")`` if any id is unknown."""
+        with self._lock:
+            return self._y[self._rows(ids)]
 
     def get_many(self, ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """Features of ``ids`` and a bool mask of the ids found (rows of unknown ids are zero);
@@ -158,6 +181,7 @@ class ItemStore:
             if labels.shape != (len(keys),):
                 raise ValueError(f"y: expected {len(keys)} labels, got shape {labels.shape}")
             if self._dim is None:
+                check_image_shape(self._image_shape, arr.shape[1], "X")
                 self._dim = arr.shape[1]
                 self._X = np.zeros((0, self._dim), np.float32)
             rows, _ = self._lookup(keys)
@@ -206,27 +230,35 @@ class ItemStore:
 
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``ids``, ``X`` and ``y`` to an .npz file (``load`` reads it back)."""
+        """Write ``ids``, ``X``, ``y`` and, for images, ``image_shape`` to an .npz file (``load``
+        reads it back)."""
         ids, X, y = self.snapshot()
-        np.savez(path, ids=np.array(ids, dtype=str), X=X, y=y)
+        shape = {} if self.image_shape is None else {"image_shape": np.array(self.image_shape)}
+        np.savez(path, ids=np.array(ids, dtype=str), X=X, y=y, **shape)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], dev_only: bool = False) -> ItemStore:
-        """Items from an .npz with ``ids``, ``X`` and optional ``y``, or the items of a stream
-        file (.npz or JSON Lines, see :mod:`oahu.streams.stream_file`; ids are the item
-        indices), with ``dev_only`` only its development items (a gallery)."""
+        """Items from an .npz with ``ids``, ``X`` and optional ``y`` and ``image_shape``, or the
+        items of a stream file (.npz or JSON Lines, see :mod:`oahu.streams.stream_file`; ids are
+        the item indices; its ``image_shape``), with ``dev_only`` only its development items (a
+        gallery)."""
         path = Path(path)
         if path.suffix == ".npz":
             with np.load(path, allow_pickle=False) as npz:
                 if "ids" in npz.files:
-                    return cls.from_arrays(npz["ids"], npz["X"], npz.get("y"))
+                    shape = npz.get("image_shape")
+                    return cls.from_arrays(npz["ids"], npz["X"], npz.get("y"), shape)
         stream = load_stream(path)
         rows = stream.dev_idx if dev_only else np.arange(stream.n_items)
-        return cls.from_arrays(rows, stream.X[rows], stream.y[rows])
+        return cls.from_arrays(rows, stream.X[rows], stream.y[rows], stream.image_shape)
 
     @classmethod
-    def from_arrays(cls, ids: Any, X: np.ndarray, y: np.ndarray | None = None) -> ItemStore:
-        """A store holding ``ids`` with features ``X`` (n, d) and labels ``y``."""
+    def from_arrays(
+        cls, ids: Any, X: np.ndarray, y: np.ndarray | None = None, image_shape: Any = None
+    ) -> ItemStore:
+        """A store holding ``ids`` with features ``X`` (n, d), labels ``y`` and, for images,
+        their ``image_shape`` (height, width)."""
         store = cls(dim=np.shape(X)[1] if np.ndim(X) == 2 else None)
         store.add(ids, X, y)
+        store.image_shape = image_shape  # checked against the dimension, known now
         return store
