@@ -122,10 +122,17 @@ def start_service(stream_file: Path, state: Path, n: int, **config: Any) -> Any:
 
 
 class ServiceProcess:
-    """``python -m oahu.cli.main run ARGS`` as a subprocess, with its HTTP API."""
+    """``python -m oahu.cli.main run ARGS`` as a subprocess, with its HTTP API (on ``port``:
+    a free one by default; a restart takes its predecessor's to look the same to clients)."""
 
-    def __init__(self, args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
+    def __init__(
+        self,
+        args: list[str],
+        log: Path,
+        env: dict[str, str] | None = None,
+        port: int | None = None,
+    ) -> None:
+        self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
