@@ -39,9 +39,12 @@ UNSUPPORTED_KIND = "unsupported_kind"
 LEARN_ERROR = "learn_error"
 #: A record that was being learned when the learner process crashed, again and again.
 CRASH_LOOP = "crash_loop"
+#: A person's answer to a question whose answer the model consumed already (the same answer
+#: appended twice, or two answers to one question): only the first counts.
+DUPLICATE_ANSWER = "duplicate_answer"
 #: Every reason a record is dead-lettered for: the decoder's, a learner's refusal of its kind,
-#: and the learn loop's own two for records that break the learner.
-DEAD_LETTER_REASONS = (*REASONS, UNSUPPORTED_KIND, LEARN_ERROR, CRASH_LOOP)
+#: the learn loop's own two for records that break the learner, and a repeated answer.
+DEAD_LETTER_REASONS = (*REASONS, UNSUPPORTED_KIND, LEARN_ERROR, CRASH_LOOP, DUPLICATE_ANSWER)
 
 
 @dataclass(frozen=True)

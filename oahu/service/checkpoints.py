@@ -26,6 +26,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+from oahu.connectors.answered import AnsweredQuestions
 from oahu.learner import Learner
 from oahu.persistence import LearnerFileError, learner_to_bytes, load_learner
 from oahu.streams.atomic import atomic_open
@@ -42,11 +43,13 @@ class Progress:
 
     ``offsets``: the next offset to read per partition. ``consumed``: records read (good or
     bad); ``dead_letters``: rejected records by reason; ``items_version``: the catalog version
-    (API changes to the items) at checkpoint time.
+    (API changes to the items) at checkpoint time. ``answered``: the questions whose answer the
+    model has consumed (the most recent :data:`~oahu.connectors.answered.MAX_ANSWERED`), so that
+    an answer that reaches the stream twice is learned once, across restarts and rewinds alike.
 
     >>> p = Progress({0: 12}, consumed=12, dead_letters=Counter(undecodable=1))
-    >>> Progress.from_extra(p.to_extra()) == p
-    True
+    >>> p.answered.add("3f9a0c"), Progress.from_extra(p.to_extra()) == p
+    (True, True)
     """
 
     offsets: dict[int, int] = field(default_factory=dict)
@@ -55,6 +58,7 @@ class Progress:
     items_version: int = 0
     source: str = ""
     written_at: float = 0.0
+    answered: AnsweredQuestions = field(default_factory=AnsweredQuestions)
 
     def to_extra(self) -> dict[str, Any]:
         # str keys: the checkpoint is read back with torch.load(weights_only=True)
@@ -65,6 +69,7 @@ class Progress:
             "items_version": int(self.items_version),
             "source": self.source,
             "written_at": float(self.written_at),
+            "answered_questions": list(self.answered),
         }
 
     @classmethod
@@ -76,6 +81,7 @@ class Progress:
             int(extra.get("items_version", 0)),
             str(extra.get("source", "")),
             float(extra.get("written_at", 0.0)),
+            AnsweredQuestions(str(q) for q in extra.get("answered_questions", ())),
         )
 
 

@@ -16,6 +16,9 @@ offsets win, see :meth:`ConsumerLoop._start_offset`). A crash at any moment ther
 exactly the records the checkpointed model has not seen.
 Dead letters between the last checkpoint and a crash are emitted again on replay: the
 dead-letter sink is at-least-once, the model exactly-once.
+A person's answer to one of the service's questions (a message with a ``question`` id) can be
+delivered twice (a retried answer): the first message of a question is learned, later ones are
+dead-lettered ``duplicate_answer``; the question ids are checkpointed with the model.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ import numpy as np
 import torch
 from prometheus_client.metrics_core import Metric
 
+from oahu.connectors.answered import QUESTION_KEY, question_of
 from oahu.connectors.dead_letter import (
     CRASH_LOOP,
+    DUPLICATE_ANSWER,
     LEARN_ERROR,
     UNSUPPORTED_KIND,
     DeadLetter,
@@ -237,9 +242,9 @@ class ConsumerLoop:
 
     def _learn_records(self, records: list[SourceRecord]) -> list[DeadLetter]:
         """Learn the valid records of ``records``; the dead letters for the others."""
+        records, letters = self._drop_repeated_answers(records)
         decoded = decode_batch([r.value for r in records])
         errors = list(decoded.errors)
-        letters: list[DeadLetter] = []
         for batch in decoded.batches:
             resolved, failed = resolve_batch(batch, self.catalog.items, dim=self.learner.n_features)
             errors.extend(failed)
@@ -247,6 +252,26 @@ class ConsumerLoop:
                 letters.extend(self._learn(resolved, records))
         letters.extend(DeadLetter.from_error(error, records[i]) for i, error in errors)
         return sorted(letters, key=lambda letter: (letter.partition, letter.offset))
+
+    def _drop_repeated_answers(
+        self, records: list[SourceRecord]
+    ) -> tuple[list[SourceRecord], list[DeadLetter]]:
+        """``records`` less the answers to questions answered before, and their dead letters
+        (``duplicate_answer``). A question's first message is its answer, learned or
+        dead-lettered for what it holds; its question id joins ``progress.answered`` here, so
+        a rewind or a restart forgets it with the model that had consumed it."""
+        if QUESTION_KEY not in b"".join([r.value or b"" for r in records]):
+            return records, []  # the stream's own records: one search over their bytes
+        kept: list[SourceRecord] = []
+        letters: list[DeadLetter] = []
+        for record in records:
+            question = question_of(record.value)
+            if question is None or self.progress.answered.add(question):
+                kept.append(record)
+            else:
+                detail = f"question {question!r} was answered by an earlier message"
+                letters.append(DeadLetter.of(record, DUPLICATE_ANSWER, detail))
+        return kept, letters
 
     def _learn(self, batch: ResolvedBatch, records: list[SourceRecord]) -> list[DeadLetter]:
         if not self.learner.capabilities.learns(batch.kind):
