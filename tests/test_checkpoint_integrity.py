@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from service_support import REPO, assert_same_model, make_stream, train_reference, wait_until
 from test_service_file import run_to_end  # the service over a whole file, shut down cleanly
 
-from oahu.connectors.file_source import FileSource
+from oahu.connectors.answers_source import WithAnswers
 from oahu.learners.baselines.rdml import RDML
 from oahu.persistence import LearnerFileError, load_learner, save_learner
 from oahu.registry import make_learner
@@ -358,7 +358,7 @@ def loop_over_file(tmp_path: Path, progress: Progress, committed: int, fell_back
     stream = ConstraintStream.load(stream_file)
     learner = make_learner("rdml", stream.n_features)
     loop = build_loop(config, learner, progress, RecordingLink(), fell_back)
-    assert isinstance(loop.source, FileSource)
+    assert isinstance(loop.source, WithAnswers)  # the file, and the answers log beside it
     loop.source.commit({0: committed})
     loop.on_assign([0])
     return loop
@@ -369,7 +369,7 @@ def test_after_a_fallback_the_checkpoint_s_own_offsets_win_over_committed_ones(t
     learn the records after its own offset, not skip them."""
     with caplog.at_level(logging.WARNING):
         loop = loop_over_file(tmp_path, Progress({0: 20}, consumed=20), 40, fell_back=True)
-    assert loop.progress.offsets == {0: 20} and loop.source.position == 20
+    assert loop.progress.offsets == {0: 20} and loop.source.stream.position == 20
     assert (
         "partition 0: continuing from the restored checkpoint's offset 20, not the group's "
         "committed 40 (the refused checkpoint's): offsets 20 to 39 are learned again"
@@ -381,7 +381,7 @@ def test_after_a_fallback_the_checkpoint_s_own_offsets_win_over_committed_ones(t
 
 def test_without_a_fallback_the_committed_offset_still_wins(tmp_path):
     loop = loop_over_file(tmp_path, Progress({0: 20}, consumed=20), 40, fell_back=False)
-    assert loop.progress.offsets == {0: 40} and loop.source.position == 40
+    assert loop.progress.offsets == {0: 40} and loop.source.stream.position == 40
 
 
 def test_a_new_model_over_committed_offsets_warns_which_records_it_skips(tmp_path, caplog):
@@ -389,7 +389,7 @@ def test_a_new_model_over_committed_offsets_warns_which_records_it_skips(tmp_pat
     at the committed offsets (docs/delivery.md) and the log names what it never learns."""
     with caplog.at_level(logging.WARNING):
         loop = loop_over_file(tmp_path, Progress(), 40, fell_back=False)
-    assert loop.progress.offsets == {0: 40} and loop.source.position == 40
+    assert loop.progress.offsets == {0: 40} and loop.source.stream.position == 40
     assert (
         "partition 0: no checkpoint covers it; starting at the group's committed offset 40, so "
         "this model never learns the records before offset 40"

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from oahu.connectors.answers_log import ANSWERS_FILE
+from oahu.connectors.answers_source import WithAnswers
 from oahu.connectors.dead_letter import (
     DeadLetter,
     DeadLetterFile,
@@ -117,8 +119,10 @@ def build_loop(
         source = kafka_source(config)
         items, _ = base_items(config)
     else:
-        source = FileSource(config.file_path())
-        items, _ = base_items(config, source)  # the file is read once
+        stream = FileSource(config.file_path())
+        items, _ = base_items(config, stream)  # the file is read once
+        # people's answers (the console) arrive in a log of their own, beside the finished file
+        source = WithAnswers(stream, Path(config.checkpoint_dir) / ANSWERS_FILE)
     # the API's changes go on top, from the overlay file and then as they are made
     catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
     metrics = LearningMetrics.of(learner)
