@@ -333,6 +333,14 @@ class ServiceMetrics:
         for strategy in suggest_strategies:
             self.suggestions.labels(strategy=strategy)
             self.suggest_seconds.labels(strategy=strategy)
+        # ---- the console's annotation page (POST /v1/console/answers)
+        self.console_answers = Counter(
+            "oahu_console_answers",
+            "Answers to the console's questions, by annotator and choice (first or second: "
+            "stored for the learner; skip: not); repeated answers are not counted.",
+            ["annotator", "choice"],
+            registry=r,
+        )
         # What an operator alerts on when consumption stalls: both grow while it does.
         self.learner_report_age = Gauge(
             "oahu_learner_report_age_seconds",

@@ -38,9 +38,10 @@ from starlette.routing import Match, Route
 from oahu.connectors.constraint import MISSING_LABEL, DecodeError
 from oahu.learner import MetricKind
 from oahu.service.catalog import Catalog
-from oahu.service.console import add_console
-from oahu.service.console.history import LearningHistory
 from oahu.service.config import ServiceConfig
+from oahu.service.console import add_console
+from oahu.service.console.answer_sinks import AnswerSink
+from oahu.service.console.history import LearningHistory
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
 from oahu.service.serving.inputs import (
@@ -52,7 +53,13 @@ from oahu.service.serving.inputs import (
 )
 from oahu.service.serving.queries import NotFinite, NotReady, QueryEngine
 from oahu.service.serving.snapshot import Snapshot, SnapshotPublisher
-from oahu.service.serving.suggest import Busy, PoolError, Suggester, SuggestRequest
+from oahu.service.serving.suggest import (
+    Busy,
+    PoolError,
+    SuggestAnswer,
+    Suggester,
+    SuggestRequest,
+)
 from oahu.service.serving.suggestion_sink import suggestion_messages
 
 
@@ -110,7 +117,7 @@ class FastJSONRoute(APIRoute):
 class ServiceView:
     """What the API needs from the running service: its settings (``config``: ``k``,
     ``max_batch_items``, ``max_request_bytes``, ``auth_token``), the model's input dimension,
-    its parts and a few callbacks."""
+    its parts (``answers``: where the console's answers go) and a few callbacks."""
 
     config: ServiceConfig
     n_features: int
@@ -124,6 +131,24 @@ class ServiceView:
     healthy: Callable[[], bool]
     items_synced: Callable[[int], None]  # wait until the learner can resolve this item version
     history: LearningHistory  # the learner's reports, for the console's curves
+    answers: AnswerSink
+
+
+async def ask_suggester(view: ServiceView, request: SuggestRequest) -> SuggestAnswer:
+    """The suggester's questions for ``request``: 503 without a snapshot or when too many
+    requests wait, 422 naming what the pool cannot give."""
+    try:
+        return await asyncio.wrap_future(view.suggester.submit(request))
+    except (NotReady, Busy) as exc:
+        raise HTTPException(503, str(exc)) from None
+    except PoolError as exc:
+        raise RequestValidationError(
+            [
+                {"loc": ("body", *loc), "msg": msg, "type": "value_error"}
+                | ({} if value is None else {"input": value})
+                for loc, msg, value in exc.errors
+            ]
+        ) from None
 
 
 def create_app(view: ServiceView) -> FastAPI:
@@ -245,18 +270,7 @@ def create_app(view: ServiceView) -> FastAPI:
         request = SuggestRequest(
             None if body.pool == "gallery" else body.pool, body.batch, body.strategy, seed
         )
-        try:
-            out = await asyncio.wrap_future(view.suggester.submit(request))
-        except (NotReady, Busy) as exc:
-            raise HTTPException(503, str(exc)) from None
-        except PoolError as exc:
-            raise RequestValidationError(
-                [
-                    {"loc": ("body", *loc), "msg": msg, "type": "value_error"}
-                    | ({} if value is None else {"input": value})
-                    for loc, msg, value in exc.errors
-                ]
-            ) from None
+        out = await ask_suggester(view, request)
         request_id = secrets.token_hex(8)
         suggestions = [
             {"anchor": q.anchor, "first": q.first, "second": q.second, "score": q.score}

@@ -29,6 +29,7 @@ from oahu.service.checkpoints import (
     restore_checkpoint,
 )
 from oahu.service.config import ServiceConfig
+from oahu.service.console.answer_sinks import answer_sink
 from oahu.service.console.history import LearningHistory
 from oahu.service.item_store import ItemStore
 from oahu.service.learning.main import learner_main
@@ -141,6 +142,9 @@ class Service:
         self.suggester = Suggester(
             self.publisher, self.catalog, SuggestionSink.of(config, self.metrics)
         )
+        # the console's answers: made before the learner process starts, which reads the log
+        # only once a torn line a crash left in it is cut off
+        self.answers = answer_sink(config)
         self.app = create_app(self._view())
         self.gc_pauses = CollectorPauses(self.metrics.gc_pause_seconds)
 
@@ -197,6 +201,7 @@ class Service:
             healthy=lambda: self.learner_error is None,
             items_synced=self._items_synced,
             history=self.history,
+            answers=self.answers,
         )
 
     def _items_synced(self, version: int) -> None:
@@ -262,6 +267,7 @@ class Service:
         self.learning.stop()
         self.engine.stop()
         self.suggester.stop()
+        self.answers.close()
         self.publisher.stop()
         self.stalls.stop()
         self.gc_pauses.close()
