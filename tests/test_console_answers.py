@@ -446,6 +446,36 @@ def test_the_endpoints_refuse_every_bad_input_with_a_4xx_naming_it(tmp_path):
         assert service.terminate() == 0
 
 
+def test_no_snapshot_and_a_failing_disk_are_503s_that_say_why(tmp_path):
+    """Before the first snapshot there is nothing to ask with; an answer that cannot be made
+    durable is refused, never acknowledged (in-process: the learner is not started)."""
+    from fastapi.testclient import TestClient
+
+    from oahu.service.serving.app import Service
+
+    stream_file = make_stream(tmp_path, 20, seed=9)
+    state = tmp_path / "state"
+    service = Service(ServiceConfig(source=stream_file.as_uri(), checkpoint_dir=str(state)))
+    service.suggester.start()
+    try:
+        with TestClient(service.app) as client:
+            response = client.post("/v1/console/questions", json={"n": 2})
+            assert response.status_code == 503 and "snapshot" in response.json()["detail"]
+            asked = AskedQuestion.new("1", "2", "3", snapshot=1, asked_at=time.time())
+            token = QuestionTokens((state / KEY_FILE).read_bytes()).sign(asked)
+            service.answers.log.close()  # every write now fails, as on a broken disk
+            body = {"token": token, "choice": "first", "annotator": "ana"}
+            response = client.post("/v1/console/answers", json=body)
+            assert response.status_code == 503, response.text
+            assert response.json()["detail"].startswith(
+                f"the answer could not be written to {(state / ANSWERS_FILE).resolve()}"
+            )
+            assert (state / ANSWERS_FILE).read_bytes() == b""
+            assert not service.answers.is_answered(asked.question)  # a retry may store it
+    finally:
+        service.suggester.stop()
+
+
 def token_question(key: bytes, token: str) -> str:
     return QuestionTokens(key).verify(token).question
 
