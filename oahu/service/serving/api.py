@@ -43,15 +43,17 @@ from oahu.service.console import add_console
 from oahu.service.console.answer_sinks import AnswerSink
 from oahu.service.console.history import LearningHistory
 from oahu.service.metrics import ServiceMetrics
+from oahu.service.serving.answering import ask, neighbour_lists
 from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
 from oahu.service.serving.inputs import (
     INT64_MAX,
     SuggestQuery,
     exact_integer_bounds,
+    invalid,
     json_safe,
     request_models,
 )
-from oahu.service.serving.queries import NotFinite, NotReady, QueryEngine
+from oahu.service.serving.queries import NotReady, QueryEngine
 from oahu.service.serving.snapshot import Snapshot, SnapshotPublisher
 from oahu.service.serving.suggest import (
     Busy,
@@ -79,11 +81,6 @@ _ERRORS = {
     413: "request body larger than --max-request-bytes",
     503: "no model snapshot published yet, or the gallery is empty",
 }
-
-
-def invalid(loc: tuple[Any, ...], msg: str) -> RequestValidationError:
-    """A 422 naming the offending field, in FastAPI's own format."""
-    return RequestValidationError([{"loc": ("body", *loc), "msg": msg, "type": "value_error"}])
 
 
 # ---------------------------------------------------------------------- JSON bodies
@@ -192,13 +189,7 @@ def create_app(view: ServiceView) -> FastAPI:
         return out
 
     async def answer(op: str, x: np.ndarray, param: Any, loc: str = "items") -> tuple[Any, Any]:
-        try:
-            return await asyncio.wrap_future(view.engine.submit(op, x, param))
-        except NotReady as exc:
-            raise HTTPException(503, str(exc)) from None
-        except NotFinite as exc:  # finite features can still overflow the model's arithmetic
-            msg = "the model's embedding of this item is not finite: its features are too large"
-            raise invalid((loc, exc.rows[0]), msg) from None
+        return await ask(view.engine, op, x, param, loc)
 
     # The query endpoints return a JSONResponse of plain values: that skips FastAPI's response
     # validation and jsonable_encoder, a recursive walk over every score that costs more than
@@ -223,18 +214,7 @@ def create_app(view: ServiceView) -> FastAPI:
     @app.post("/v1/retrieve", summary="The k most similar gallery items (Eq. 27)", **queries)
     async def retrieve(body: models.NeighbourQuery) -> JSONResponse:
         out, snap = await answer("retrieve", features(body.items, "items"), body.k or config.k)
-        ids = snap.gallery_ids
-        labels = snap.index.labels
-        results = []
-        for positions, scores in zip(out["positions"], out["scores"], strict=True):
-            found = positions >= 0
-            results.append(
-                [
-                    {"id": str(ids[p]), "label": _label(labels[p]), "score": float(s)}
-                    for p, s in zip(positions[found].tolist(), scores[found].tolist(), strict=True)
-                ]
-            )
-        return JSONResponse({"results": results, "model": snap.meta()})
+        return JSONResponse({"results": neighbour_lists(out, snap), "model": snap.meta()})
 
     @app.post("/v1/verify", summary="Are the two items of each pair similar? (Eq. 26)", **queries)
     async def verify(body: models.VerifyQuery) -> JSONResponse:
@@ -484,7 +464,3 @@ def embed_json(emb: np.ndarray, snap: Snapshot) -> bytes:
     ]
     rest = _dumps({"alpha": snap.alpha.tolist(), "metric": metric, "model": snap.meta()})
     return b'{"embeddings":[' + b",".join(items) + b"]," + rest[1:]
-
-
-def _label(value: Any) -> int | None:
-    return None if int(value) == MISSING_LABEL else int(value)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import numpy as np
+from fastapi.exceptions import RequestValidationError
 from pydantic import (
     BaseModel,
     BeforeValidator,
@@ -130,10 +131,22 @@ Label = Annotated[int, Field(strict=True, gt=MISSING_LABEL, lt=INT64_MAX + 1), W
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
 
+def invalid(loc: tuple[Any, ...], msg: str) -> RequestValidationError:
+    """A 422 naming the offending field of the body, in FastAPI's own format, for what only the
+    service's state can tell (an unknown id, a duplicate).
+
+    >>> invalid(("items", 3, "id"), "unknown item id '17'").errors()
+    [{'loc': ('body', 'items', 3, 'id'), 'msg': "unknown item id '17'", 'type': 'value_error'}]
+    """
+    return RequestValidationError([{"loc": ("body", *loc), "msg": msg, "type": "value_error"}])
+
+
 @dataclass(frozen=True)
 class RequestModels:
-    """The request bodies of one app (classes made by :func:`request_models`)."""
+    """The request bodies of one app (classes made by :func:`request_models`); ``ItemRef`` is
+    one item, inline (``x``) or by ``id``, for bodies defined elsewhere."""
 
+    ItemRef: type[BaseModel]
     ItemsQuery: type[BaseModel]
     NeighbourQuery: type[BaseModel]
     VerifyQuery: type[BaseModel]
@@ -267,7 +280,7 @@ def request_models(n_features: int, max_items: int) -> RequestModels:
         model_config = _STRICT
         ids: list[ItemId] = batch("ids")
 
-    return RequestModels(ItemsQuery, NeighbourQuery, VerifyQuery, AddItems, RemoveItems)
+    return RequestModels(ItemRef, ItemsQuery, NeighbourQuery, VerifyQuery, AddItems, RemoveItems)
 
 
 # ---------------------------------------------------------------------- POST /v1/suggest
