@@ -324,6 +324,7 @@ class Service:
         base = f"http://{shown}:{port}"
         print(
             f"oahu run: {self.learner.name} learning from {self.config.source}\n"
+            f"  console  {base}/\n"
             f"  API      {base}/v1/classify  (docs {base}/docs)\n"
             f"  model    {base}/v1/model\n"
             f"  metrics  {base}/metrics\n"
