@@ -23,10 +23,10 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service as DriverService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from service_support import ServiceProcess, free_port, make_stream, wait_until
 
 from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.datasets import load_dataset
-from tests.service_support import ServiceProcess, free_port, make_stream, wait_until
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

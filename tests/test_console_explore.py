@@ -17,6 +17,7 @@ from PIL import Image
 from service_support import ServiceProcess, make_stream, wait_until
 
 from oahu.service.config import ServiceConfig
+from oahu.service.console.explore import feature_summary
 from oahu.service.serving.app import Service
 from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.stream_file import ConstraintStream
@@ -203,13 +204,15 @@ def test_neighbours_of_a_gallery_item_are_the_models_and_the_exact_euclidean(
     )
     assert set(out) == {"query", "model", "euclidean", "snapshot"}
     assert out["query"] == {
-        "id": str(item), "label": int(stream.y[item]), "image": f"/v1/console/items/{item}.png"
+        "id": str(item), "label": int(stream.y[item]), "image": f"/v1/console/items/{item}.png",
+        "summary": None,  # drawn as a picture
     }  # fmt: skip
     # the model's list is /v1/retrieve's for k + 1, without the item itself
     expected = [r for r in retrieved["results"][0] if r["id"] != str(item)][:7]
     assert len(out["model"]) == 7
     assert [{k: n[k] for k in ("id", "label", "score")} for n in out["model"]] == expected
     assert all(n["image"] == f"/v1/console/items/{n['id']}.png" for n in out["model"])
+    assert all(n["summary"] is None for n in out["model"] + out["euclidean"])
     reference = euclidean_reference(stream, stream.X[item], 7, exclude=item)
     got = [(n["id"], n["label"], n["score"]) for n in out["euclidean"]]
     assert [g[:2] for g in got] == [r[:2] for r in reference]
@@ -223,7 +226,9 @@ def test_neighbours_of_a_pasted_vector(service, stream):
     out, retrieved = _same_snapshot(
         service, {"x": x.tolist()}, {"items": [{"x": x.tolist()}]}
     )  # fmt: skip
-    assert out["query"] == {"id": None, "label": None, "image": None}
+    assert out["query"] == {
+        "id": None, "label": None, "image": None, "summary": feature_summary(x)
+    }  # fmt: skip
     assert len(out["model"]) == len(out["euclidean"]) == 5  # the service's --k
     assert [{k: n[k] for k in ("id", "label", "score")} for n in out["model"]] == retrieved[
         "results"][0]  # fmt: skip
@@ -314,5 +319,10 @@ def test_items_that_are_not_images_have_no_pictures(tmp_path, stream):
         out = post(service, "/v1/console/neighbours", {"id": item, "k": 3}).json()
         assert out["query"]["image"] is None
         assert all(n["image"] is None for n in out["model"] + out["euclidean"])
+        # what the page shows instead of a picture: the features in a few words, per item
+        x, _ = plain.X, plain.y
+        assert out["query"]["summary"] == feature_summary(x[int(item)])
+        for n in out["model"] + out["euclidean"]:
+            assert n["summary"] == feature_summary(x[int(n["id"])])
     finally:
         assert service.terminate() == 0, service.output()

@@ -3,6 +3,7 @@ them, through both stream file formats and into the service's item stores."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import zipfile
@@ -161,3 +162,17 @@ def test_the_service_knows_the_shape_of_its_items(tmp_path, digits_stream):
 def test_the_default_stream_of_oahu_run_records_8x8(tmp_path):
     config = ServiceConfig(checkpoint_dir=str(tmp_path), default_constraints=30)
     assert load_stream(default_stream(config)).image_shape == (8, 8)
+
+
+def test_a_default_stream_written_without_image_shape_is_built_again_identical(tmp_path):
+    config = ServiceConfig(checkpoint_dir=str(tmp_path), default_constraints=30)
+    path = default_stream(config)
+    before = load_stream(path)
+    old = dataclasses.replace(before, image_shape=None)  # as an earlier release wrote it
+    old.save(path)
+    assert load_stream(path).image_shape is None
+    again = load_stream(default_stream(config))
+    assert again.image_shape == (8, 8)
+    # the same constraints and items: a checkpoint's offsets into the file stay right
+    np.testing.assert_array_equal(again.constraints, before.constraints)
+    np.testing.assert_array_equal(again.X, before.X)

@@ -17,9 +17,10 @@ that are images.
 * ``POST /v1/console/neighbours`` with ``{"id": "17"}`` or ``{"x": [...]}`` (exactly one) and
   an optional ``"k"`` (1 to 100, by default the service's ``--k``, at most 100)::
 
-    {"query": {"id": "17", "label": 3, "image": "/v1/console/items/17.png"},
-     "model": [{"id": "5", "label": 3, "score": 0.98, "image": "/v1/console/items/5.png"}, ...],
-     "euclidean": [{"id": "9", "label": 3, "score": 1.21, "image": ...}, ...],
+    {"query": {"id": "17", "label": 3, "image": "/v1/console/items/17.png", "summary": null},
+     "model": [{"id": "5", "label": 3, "score": 0.98, "image": "/v1/console/items/5.png",
+                "summary": null}, ...],
+     "euclidean": [{"id": "9", "label": 3, "score": 1.21, "image": ..., "summary": ...}, ...],
      "snapshot": {"snapshot": 12, "updates": 400}}
 
   ``model`` is what ``POST /v1/retrieve`` answers for the item with the served snapshot (same
@@ -30,8 +31,9 @@ that are images.
   lists, which then hold its ``k`` nearest *other* items: the model's list is
   ``/v1/retrieve``'s answer for ``k + 1`` without the item. ``snapshot`` is the served model's,
   as ``/v1/retrieve``'s ``model`` field. ``image`` is null for items that are not images and
-  for a pasted vector. 404 for an unknown id, 422 naming ``id``, ``x`` or ``k`` for a bad body,
-  503 before the first snapshot.
+  for a pasted vector; ``summary`` (a short feature summary, as in gallery pages) is given for
+  every item the page cannot draw, and null for pictures. 404 for an unknown id, 422 naming
+  ``id``, ``x`` or ``k`` for a bad body, 503 before the first snapshot.
 
 Read-only: no bearer token needed.
 """
@@ -108,6 +110,14 @@ def explore_router(view: "ServiceView") -> APIRouter:
 
     def image_of(item_id: str | None) -> str | None:
         return None if item_id is None or catalog.image_shape is None else image_url(item_id)
+
+    def summaries(ids: list[str]) -> list[str | None]:
+        """A short feature summary per item, for items that are not drawn as pictures (None
+        for pictures, and for an item removed since the snapshot)."""
+        if catalog.image_shape is not None or not ids:
+            return [None] * len(ids)
+        x, found = catalog.lookup(ids)
+        return [feature_summary(row) if ok else None for row, ok in zip(x, found, strict=True)]
 
     def label_of(item_id: str) -> int | None:
         # the store a query's id resolves in (Catalog.lookup): the item store, then the gallery
@@ -214,6 +224,7 @@ def explore_router(view: "ServiceView") -> APIRouter:
         if item_id is None:
             x = np.asarray(body.x, dtype=np.float32)  # finite, float32's range: ``Feature``
             query: dict[str, Any] = {"id": None, "label": None, "image": None}
+            query["summary"] = feature_summary(x)
         else:
             found_x, found = catalog.lookup([item_id])
             if not found[0]:
@@ -222,21 +233,29 @@ def explore_router(view: "ServiceView") -> APIRouter:
                 raise invalid(("id",), f"the model does not read item {item_id!r}")
             x = found_x[0]
             query = {"id": item_id, "label": label_of(item_id), "image": image_of(item_id)}
+            query["summary"] = summaries([item_id])[0]
         # a query by id asks for one more: the item itself, left out of both lists
         extra, field = (0, "x") if item_id is None else (1, "id")
         out, snap = await ask(view.engine, "retrieve", x[None], k + extra, (field,))
         model = [n for n in neighbour_lists(out, snap)[0] if n["id"] != item_id][:k]
         gallery, nearest = await run_in_threadpool(euclidean_neighbours, x, k, item_id)
+        model_summaries = summaries([n["id"] for n in model])
         return JSONResponse(
             {
                 "query": query,
-                "model": [n | {"image": image_of(n["id"])} for n in model],
+                "model": [
+                    n | {"image": image_of(n["id"]), "summary": summary}
+                    for n, summary in zip(model, model_summaries, strict=True)
+                ],
                 "euclidean": [
                     {
                         "id": gallery.ids[p],
                         "label": label_value(gallery.y[p]),
                         "score": distance,
                         "image": image_of(gallery.ids[p]),
+                        "summary": None
+                        if catalog.image_shape is not None
+                        else feature_summary(gallery.X[p]),
                     }
                     for p, distance in nearest
                 ],

@@ -57,13 +57,16 @@ ITEM_SYNC_TIMEOUT_SECONDS = 30.0
 
 
 def default_stream(config: ServiceConfig) -> Path:
-    """The bundled-digits stream ``oahu run`` learns from when given no source (built once)."""
+    """The bundled-digits stream ``oahu run`` learns from when given no source (built once;
+    built again, identical but for the digits' image shape, when an earlier release wrote it
+    without one, so that the console draws its items)."""
     from oahu.streams.benchmark_stream import build_stream
+    from oahu.streams.stream_file import load_stream
 
     path = Path(config.checkpoint_dir).resolve() / (
         f"digits-{config.default_constraints}-seed{config.seed}.npz"
     )
-    if not path.exists():
+    if not path.exists() or load_stream(path).image_shape is None:
         build_stream("digits", config.default_constraints, seed=config.seed).save(path)
     return path
 
