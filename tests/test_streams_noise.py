@@ -367,7 +367,8 @@ def test_a_stream_without_noise_writes_no_flipped(tmp_path):
     s.save(tmp_path / "s.npz")
     with zipfile.ZipFile(tmp_path / "s.npz") as z:
         keys = sorted(name.removesuffix(".npy") for name in z.namelist())
-    assert keys == ["X", "constraints", "dev_idx", "kind", "meta", "test_idx", "y"]
+    # no key of the noisy streams; digits are 8 x 8 images, which the stream records
+    assert keys == ["X", "constraints", "dev_idx", "image_shape", "kind", "meta", "test_idx", "y"]
     write_jsonl(s, tmp_path / "s.jsonl")
     records = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
     assert "fields" not in records[0]
