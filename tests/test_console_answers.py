@@ -372,10 +372,10 @@ def test_the_endpoints_refuse_every_bad_input_with_a_4xx_naming_it(tmp_path):
             assert detail["loc"] == ["body", "token"]
             assert detail["msg"].startswith("the service never asked this question")
         # a name that is no name
-        for who in ("", " ", "x" * 65, "bad\nname", "tab\there", 7):
+        for who in ("", " ", "x" * 65, "bad\nname", "tab\there", "\x97n", 7):
             [detail] = error(answer(service, token, "first", who), 422)
             assert detail["loc"] == ["body", "annotator"]
-            assert "1 to 64 printable characters" in detail["msg"]
+            assert "1 to 64 characters, no control character" in detail["msg"]
         [detail] = error(answer(service, token, "maybe"), 422)
         assert detail["loc"] == ["body", "choice"]
         assert log_path.read_bytes() == b""

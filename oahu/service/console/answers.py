@@ -14,6 +14,7 @@ Both are write endpoints: they need the service's ``--auth-token`` when it has o
 from __future__ import annotations
 
 import json
+import re
 import secrets
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -50,17 +51,31 @@ MAX_TOKEN = 4096  # characters: three ids of at most 256 characters each, signed
 DEFAULT_STRATEGY = "joint-entropy"  # as POST /v1/suggest's
 
 
+#: A name as a person types it: no control character (C0, DEL, C1) and one character at least
+#: that is not a space. One pattern for the JSON schema and for the check, read as JSON Schema
+#: reads it (``re.search``: ``$`` also matches before a final newline, which is dropped).
+ANNOTATOR_PATTERN = r"^[^\x00-\x1f\x7f-\x9f]*[^\s\x00-\x1f\x7f-\x9f][^\x00-\x1f\x7f-\x9f]*$"
+
+
 def _annotator(value: Any) -> str:
+    """``value`` if it is a name (:data:`ANNOTATOR_PATTERN`, 1 to ``MAX_ANNOTATOR`` characters).
+
+    >>> _annotator("Ada L."), _annotator(" ada\\n")
+    ('Ada L.', ' ada')
+    >>> _annotator("\\x97n")
+    Traceback (most recent call last):
+    pydantic_core._pydantic_core.PydanticCustomError: who answered: ...
+    """
     if (
         isinstance(value, str)
         and 1 <= len(value) <= MAX_ANNOTATOR
-        and value.isprintable()
-        and value.strip()
+        and re.search(ANNOTATOR_PATTERN, value)
     ):
-        return value
+        return value.removesuffix("\n")
     raise PydanticCustomError(
         "annotator",
-        "who answered: 1 to {most} printable characters, not only spaces; got {value}",
+        "who answered: 1 to {most} characters, no control character, not only spaces; "
+        "got {value}",
         {"most": MAX_ANNOTATOR, "value": repr(json_safe(value))},
     )
 
@@ -73,7 +88,9 @@ Annotator = Annotated[
             "type": "string",
             "minLength": 1,
             "maxLength": MAX_ANNOTATOR,
-            "description": "who answered (a name typed once in the page): printable characters",
+            "pattern": ANNOTATOR_PATTERN,
+            "description": "who answered (a name typed once in the page): no control "
+            "character, not only spaces",
         }
     ),
 ]
