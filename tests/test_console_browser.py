@@ -279,3 +279,34 @@ def test_console_pages_are_html_with_their_own_scripts(tmp_path):
         assert np.allclose([a[-1] for a in curve["alpha"]], live["now"]["alpha"])
     finally:
         stop(service)
+
+
+def test_with_an_auth_token_the_annotation_page_asks_for_it_and_then_works(tmp_path, browser):
+    stream = make_stream(tmp_path, 300, seed=2)
+    args = ["--source", stream.as_uri(), "--checkpoint-dir", str(tmp_path / "state"),
+            "--auth-token", "s3cret"]  # fmt: skip
+    service = ServiceProcess(args, tmp_path / "run.log")
+    try:
+        service.wait_consumed(300)
+        browser.get(service.base + "/annotate")
+        browser.execute_script("window.localStorage.clear()")  # no token kept from before
+        browser.refresh()
+        wait_until(lambda: text(browser, "message").startswith("401"), 30, "the 401 said")
+        assert not browser.find_element(By.ID, "answer-first").is_enabled()
+        name = browser.find_element(By.ID, "annotator")
+        name.clear()
+        name.send_keys("bob\t")
+        browser.find_element(By.ID, "token").send_keys("s3cret\t")
+        wait_until(
+            lambda: browser.find_element(By.ID, "answer-first").is_enabled(), 30, "a question"
+        )
+        assert text(browser, "message") == ""  # the 401 is over, and not left on the page
+        browser.find_element(By.TAG_NAME, "body").send_keys("2")
+        wait_until(lambda: text(browser, "accepted") == "1", 30, "the answer accepted")
+        wait_until(
+            lambda: service.model()["constraints_consumed"] == 301, 30, "the answer learned"
+        )
+        metrics = httpx.get(service.base + "/metrics").text
+        assert 'oahu_console_answers_total{annotator="bob",choice="second"} 1.0' in metrics
+    finally:
+        stop(service)

@@ -39,6 +39,8 @@ async function nextQuestion() {
     try {
       const out = await oahu.api("/v1/console/questions", {method: "POST", body: {n: BATCH}, auth: true});
       queue.push(...out.questions);
+      // the service answers again: an error said while it did not (401, unreachable) is over
+      if (document.getElementById("message").className === "error") oahu.show("message", "", true);
       if (!out.questions.length) {
         oahu.show("message", "no question to ask now; asking again shortly");
         await sleep(RETRY_MS);
