@@ -570,8 +570,13 @@ def test_answers_are_produced_to_the_input_topic_and_learned_once(kafka_bootstra
     # the same answer on the topic a second time (a retry after a crash between the append and
     # the response): consumed, skipped, dead-lettered
     sink = KafkaSink(topic, kafka_bootstrap)
-    sink.send(records[n].value, key=records[n].key)
-    sink.flush()
+    try:
+        sink.send(records[n].value, key=records[n].key)
+        sink.flush()
+    finally:
+        # closed here: a producer left to the collector closes itself whenever it is collected,
+        # in another test's time and maybe after the broker has gone
+        sink.close()
     model = service.wait_consumed(n + 6)
     assert model["constraints_learned"] == n + 5
     assert model["dead_letters"] == {DUPLICATE_ANSWER: 1}
