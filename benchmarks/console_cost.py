@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -34,7 +33,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
-from provenance import code_version, cpu_model
+from provenance import code_version, machine
 from serve_latency import (
     REPO,
     RESULTS,
@@ -176,11 +175,7 @@ def main() -> None:
         "console_bytes_per_poll": consoles.bytes / max(1, consoles.polls),
         "phases": phases,
         "service_exit_code": exit_code,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "cpu": cpu_model(),
-            "python": platform.python_version(),
-        },
+        "machine": machine(),
         "commit": code_version(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)

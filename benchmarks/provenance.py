@@ -3,6 +3,7 @@ the figure so that runs of different code or on different hosts are not compared
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -35,3 +36,8 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, object]:
+    """What a report records of the machine: CPU count and model, Python version."""
+    return {"cpus": os.cpu_count(), "cpu": cpu_model(), "python": platform.python_version()}

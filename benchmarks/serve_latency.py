@@ -39,7 +39,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import resource
 import signal
 import socket
@@ -55,7 +54,7 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
-from provenance import code_version, cpu_model
+from provenance import code_version, machine
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
@@ -470,11 +469,7 @@ def main() -> None:
         },
         "phases": phases,
         "service_exit_code": exit_code,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "cpu": cpu_model(),
-            "python": platform.python_version(),
-        },
+        "machine": machine(),
         "commit": code_version(),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
