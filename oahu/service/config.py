@@ -35,7 +35,7 @@ _COUNTS = (
     "default_constraints",
     "ivf_nprobe",
 )
-_SECONDS = ("checkpoint_interval", "reindex_interval", "poll_timeout")
+_SECONDS = ("checkpoint_interval", "reindex_interval", "poll_timeout", "learner_restart_delay")
 
 
 def _opt(default: Any, help: str, metavar: str | None = None) -> Any:
@@ -150,6 +150,13 @@ class ServiceConfig:
         "niceness of the learner process (0-19): when the cores are busy, queries get them "
         "first and learning takes the rest",
         "N",
+    )
+    learner_restart_delay: float = _opt(
+        1.0,
+        "wait before starting a new learner process after one failed (serving goes on from the "
+        "last snapshot meanwhile); doubled after each failure within a minute of its start, up "
+        "to 60 s",
+        "SECONDS",
     )
     default_constraints: int = _opt(
         10000, "length of the default digits stream (when no --source is given)", "N"

@@ -355,6 +355,23 @@ class ServiceMetrics:
             registry=r,
         )
 
+        # oahu.service.serving.supervisor: queries outlive the learner process
+        self.learner_running = Gauge(
+            "oahu_learner_running",
+            "1 while a learner process runs; 0 while a failed one waits to be restarted.",
+            registry=r,
+        )
+        self.learner_restarts = Counter(
+            "oahu_learner_restarts",
+            "Learner processes started again after one failed (serving went on meanwhile).",
+            registry=r,
+        )
+        self.learner_crash_loop = Gauge(
+            "oahu_learner_crash_loop",
+            "1 while the learner process keeps failing soon after each restart (a crash loop).",
+            registry=r,
+        )
+
     def forward(self, families: list[Metric]) -> None:
         """Expose ``families`` (from ``LearningMetrics.families``) until the next forward."""
         self._forwarded.families = families

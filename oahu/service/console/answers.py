@@ -74,8 +74,7 @@ def _annotator(value: Any) -> str:
         return value.removesuffix("\n")
     raise PydanticCustomError(
         "annotator",
-        "who answered: 1 to {most} characters, no control character, not only spaces; "
-        "got {value}",
+        "who answered: 1 to {most} characters, no control character, not only spaces; got {value}",
         {"most": MAX_ANNOTATOR, "value": repr(json_safe(value))},
     )
 

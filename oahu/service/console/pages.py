@@ -52,9 +52,7 @@ def render(page: Page) -> str:
     (False, True)
     """
     active = ' class="active"'
-    nav = "".join(
-        f'<a href="{p.path}"{active if p is page else ""}>{p.title}</a>' for p in PAGES
-    )
+    nav = "".join(f'<a href="{p.path}"{active if p is page else ""}>{p.title}</a>' for p in PAGES)
     return Template((STATIC / "shell.html").read_text(encoding="utf-8")).substitute(
         title=page.title.lower(),
         nav=nav + '<a href="/docs">API</a>',

@@ -125,7 +125,8 @@ class ServiceView:
     metrics: ServiceMetrics
     status: Callable[[], dict[str, Any]]  # model and stream status (/v1/model)
     readiness: Callable[[], dict[str, str | None]]  # named checks: None if passing, else why
-    healthy: Callable[[], bool]
+    healthy: Callable[[], bool]  # the answer path works
+    learning: Callable[[], dict[str, Any]]  # the learner process: running, restarts, crash loop
     items_synced: Callable[[int], None]  # wait until the learner can resolve this item version
     history: LearningHistory  # the learner's reports, for the console's curves
     answers: AnswerSink
@@ -336,6 +337,7 @@ def create_app(view: ServiceView) -> FastAPI:
             }
         )
         status["snapshot_error"] = view.publisher.error  # why the latest build failed, if it did
+        status["learning"] = view.learning()
         status["items"] = {
             "store": len(view.catalog.items),
             "gallery": len(view.catalog.gallery),
@@ -345,8 +347,9 @@ def create_app(view: ServiceView) -> FastAPI:
 
     @app.get(
         "/healthz",
-        summary="Liveness: the learner process has not failed",
-        responses={500: {"description": "the learner process failed"}},
+        summary="Liveness: the query worker answers (a failed learner process is restarted and "
+        "said in /readyz)",
+        responses={500: {"description": "the query worker is gone"}},
     )
     def healthz() -> JSONResponse:
         ok = view.healthy()
@@ -354,7 +357,8 @@ def create_app(view: ServiceView) -> FastAPI:
 
     @app.get(
         "/readyz",
-        summary="Readiness: source connected and a model snapshot published",
+        summary="Readiness: a model snapshot published and, while a learner process runs, its "
+        "source connected and its reports coming",
         responses={503: {"description": "not ready: see causes, checks and snapshot_error"}},
     )
     def readyz() -> JSONResponse:
@@ -366,6 +370,7 @@ def create_app(view: ServiceView) -> FastAPI:
             "checks": {name: cause is None for name, cause in causes.items()},
             "causes": {name: cause for name, cause in causes.items() if cause is not None},
             "snapshot_error": view.publisher.error,
+            "learning": view.learning(),
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 

@@ -44,6 +44,7 @@ from oahu.service.serving.snapshot import SnapshotPublisher
 from oahu.service.serving.stalls import StallWatch
 from oahu.service.serving.suggest import Suggester
 from oahu.service.serving.suggestion_sink import SuggestionSink
+from oahu.service.serving.supervisor import MAX_DELAY_SECONDS, LearnerSupervisor, RestartBackoff
 from oahu.service.status import model_status
 from oahu.threads import use_native_threads
 
@@ -84,7 +85,8 @@ class Service:
     """A configured, not yet started service; ``run()`` serves until stopped.
 
     ``status`` is the learner's latest report (what /v1/model shows), ``finished`` is set once
-    the learner process has exited and ``learner_error`` says why when it failed.
+    the learner process has ended cleanly (a failed one is restarted, see
+    :mod:`~oahu.service.serving.supervisor`) and ``learner_error`` says why the latest failed.
     """
 
     def __init__(self, config: ServiceConfig) -> None:
@@ -108,30 +110,18 @@ class Service:
         self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
         self.learner, progress, fell_back = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
-        # The learner process's metrics, as they stand, until its first report replaces them:
-        # /metrics shows every series from the start, at the checkpoint's values or zero.
-        initial = LearningMetrics.of(self.learner)
-        initial.restore(self.learner, progress, fell_back)
-        initial.set_model(self.learner)
-        self.metrics.forward(initial.families())
+        self._show_checkpoint_metrics(self.learner, progress, fell_back)
         self.publisher = SnapshotPublisher(
             self.catalog, self.metrics, config.index, config.ivf_nprobe
         )
-        self._initial = learner_to_bytes(self.learner)
-        status = {
-            **model_status(self.learner, progress, progress, checkpoint_path(state_dir)),
-            "source_ready": False,
-        }
         self.history = LearningHistory()  # the console's curve, from the checkpoint on
-        self.history.record(status)
-        self.learning = LearnerProcess(
-            learner_main,
-            (config,),
-            Start(self._initial, progress.to_extra(), fell_back),
-            status,
-            self.publisher.submit,
-            self.metrics.forward,
-            self.history.record,
+        first = self._learner_process(self.learner, progress, fell_back)
+        delay = config.learner_restart_delay
+        self.learning = LearnerSupervisor(
+            first,
+            self._restart_from_checkpoint,
+            self.metrics,
+            RestartBackoff(first=delay, most=max(MAX_DELAY_SECONDS, delay)),
         )
         # API item changes go to the learner process (before it runs, it reads the overlay file)
         self.catalog.on_change = self.learning.forward
@@ -189,6 +179,48 @@ class Service:
             learner.prepare(x)
         return learner, Progress(), False
 
+    def _learner_process(
+        self, learner: Learner, progress: Progress, fell_back: bool
+    ) -> LearnerProcess:
+        """A learner process (not started) that continues ``learner`` from ``progress``."""
+        status = {
+            **model_status(
+                learner, progress, progress, checkpoint_path(self.config.checkpoint_dir)
+            ),
+            "source_ready": False,
+        }
+        self.history.record(status)
+        return LearnerProcess(
+            learner_main,
+            (self.config,),
+            Start(learner_to_bytes(learner), progress.to_extra(), fell_back),
+            status,
+            self.publisher.submit,
+            self.metrics.forward,
+            self.history.record,
+        )
+
+    def _restart_from_checkpoint(self) -> LearnerProcess:
+        """A new learner process after one failed, from the last checkpoint (where a restart of
+        the whole service would continue), its metrics shown as they stood there."""
+        learner, progress, fell_back = self._restore_or_create(
+            checkpoint_path(self.config.checkpoint_dir)
+        )
+        progress.source = self.config.source or ""
+        self._show_checkpoint_metrics(learner, progress, fell_back)
+        return self._learner_process(learner, progress, fell_back)
+
+    def _show_checkpoint_metrics(
+        self, learner: Learner, progress: Progress, fell_back: bool
+    ) -> None:
+        """The learner process's metrics as they stood at ``progress``, until its first report
+        replaces them: /metrics shows every series from the start, at the checkpoint's values
+        or zero."""
+        metrics = LearningMetrics.of(learner)
+        metrics.restore(learner, progress, fell_back)
+        metrics.set_model(learner)
+        self.metrics.forward(metrics.families())
+
     def _view(self) -> ServiceView:
         config = self.config
         return ServiceView(
@@ -201,7 +233,8 @@ class Service:
             metrics=self.metrics,
             status=lambda: {**self.status, "source": config.source},
             readiness=self.readiness,
-            healthy=lambda: self.learner_error is None,
+            healthy=lambda: not self.engine.failed,
+            learning=self.learning.state,
             items_synced=self._items_synced,
             history=self.history,
             answers=self.answers,
@@ -232,12 +265,20 @@ class Service:
     def readiness(self) -> dict[str, str | None]:
         """Each readiness check: None when it passes, else why not, in an operator's words.
 
-        ``source`` follows the learner process's reports (a Kafka source is not ready within
-        ``KafkaSource.stale_after`` seconds of the broker going silent); ``learner_reporting``
-        catches a learner loop that stopped reporting, e.g. blocked in a call to a frozen
-        broker, within ``READY_REPORT_AGE`` seconds.
+        ``snapshot``: queries have a model to answer from. While a learner process runs,
+        ``source`` follows its reports (a Kafka source is not ready within
+        ``KafkaSource.stale_after`` seconds of the broker going silent) and
+        ``learner_reporting`` catches a learner loop that stopped reporting, e.g. blocked in a
+        call to a frozen broker, within ``READY_REPORT_AGE`` seconds. While a failed learner
+        process waits to be restarted, and until the new one first reports, the service is
+        ready to serve and not learning: only ``snapshot`` counts, and ``/readyz`` says so
+        under ``learning``.
         """
-        status, age = self.status, self.learning.report_age
+        snapshot = None if self.publisher.current is not None else "no snapshot published yet"
+        learning = self.learning
+        if not learning.alive or (learning.restarts and learning.report_age is None):
+            return {"snapshot": snapshot}
+        status, age = self.status, learning.report_age
         reporting = None
         if age is None:
             reporting = "the learner process has not reported yet"
@@ -246,12 +287,7 @@ class Service:
         source = None
         if not status.get("source_ready"):
             source = status.get("source_not_ready") or "the source is not connected yet"
-        return {
-            "source": source,
-            "snapshot": None if self.publisher.current is not None else "no snapshot published yet",
-            "learner": None if self.learning.alive else "the learner process is not running",
-            "learner_reporting": reporting,
-        }
+        return {"source": source, "snapshot": snapshot, "learner_reporting": reporting}
 
     # ------------------------------------------------------------------ running
     def start(self) -> None:
@@ -315,11 +351,12 @@ class Service:
         self.start()
         self._announce(host, server)
         while not (self.stop_event.is_set() or self.finished.is_set()):
-            self.stop_event.wait(0.2)
+            self.stop_event.wait(0.1)
+            self.learning.poll()  # restarts a failed learner process, on this thread
         self.shutdown()
         server.should_exit = True
         http.join(timeout=10)
-        return 0 if self.learner_error is None else 1
+        return 0
 
     def _announce(self, host: str, server: Any) -> None:
         port = server.servers[0].sockets[0].getsockname()[1] if server.servers else 0

@@ -7,7 +7,9 @@ to read them after its imports (seconds), forever if it dies first.
 
 The learner process dies with the serving process: its reader gets end-of-file when the parent
 is gone (a ``kill -9`` included) and exits at once, exactly like a crash of the whole service,
-so a restart resumes from the last checkpoint and applies every constraint once.
+so a restart resumes from the last checkpoint and applies every constraint once. The converse
+does not hold: the serving process outlives a learner process that dies
+(:mod:`oahu.service.serving.supervisor`).
 """
 
 from __future__ import annotations

@@ -90,6 +90,11 @@ class QueryEngine:
         self._queue.put(None)
         self._thread.join(timeout=10)
 
+    @property
+    def failed(self) -> bool:
+        """Whether the worker started and is gone: nothing answers queries any more."""
+        return self._thread.ident is not None and not self._thread.is_alive()
+
     def submit(self, op: str, x: np.ndarray, param: Any = None) -> Future:
         """Queue one request; the future resolves to ``(result, snapshot)``."""
         if op not in OPERATIONS:
