@@ -122,8 +122,9 @@ def start_service(stream_file: Path, state: Path, n: int, **config: Any) -> Any:
 
 
 class ServiceProcess:
-    """``python -m oahu.cli.main run ARGS`` as a subprocess, with its HTTP API (on ``port``:
-    a free one by default; a restart takes its predecessor's to look the same to clients)."""
+    """``python -m oahu.cli.main COMMAND ARGS`` (``run`` or ``serve``) as a subprocess, with
+    its HTTP API (on ``port``: a free one by default; a restart takes its predecessor's to look
+    the same to clients)."""
 
     def __init__(
         self,
@@ -131,6 +132,7 @@ class ServiceProcess:
         log: Path,
         env: dict[str, str] | None = None,
         port: int | None = None,
+        command: str = "run",
     ) -> None:
         self.port = port or free_port()
         self.base = f"http://127.0.0.1:{self.port}"
@@ -138,7 +140,7 @@ class ServiceProcess:
         full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
         with open(log, "ab") as fh:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "oahu.cli.main", "run", "--http",
+                [sys.executable, "-m", "oahu.cli.main", command, "--http",
                  f"127.0.0.1:{self.port}", *args],
                 stdout=fh, stderr=subprocess.STDOUT, env=full_env, cwd=REPO,
             )  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -96,3 +97,35 @@ def test_dockerfile_is_slim_non_root_and_health_checked():
     (checked,) = re.findall(r'pip install /src .* python -c "import ([^";]+)"', text)
     for module in checked.split(", "):
         assert importlib.util.find_spec(module) is not None, module
+
+
+def test_replicas_compose_runs_a_learner_and_three_replicas_behind_haproxy():
+    folder = REPO / "deploy" / "replicas"
+    services = yaml.safe_load((folder / "docker-compose.yml").read_text())["services"]
+    learner = ServiceConfig(**read_env({k: str(v) for k, v in
+                                        services["learner"]["environment"].items()}))  # fmt: skip
+    assert learner.publish_model == "kafka://kafka:9092/oahu-model"
+    replicas = sorted(name for name in services if name.startswith("replica"))
+    assert replicas == ["replica1", "replica2", "replica3"]
+    for name in replicas:
+        assert services[name]["command"] == ["serve"]
+        env = {k: str(v) for k, v in services[name]["environment"].items()}
+        config = ServiceConfig(**read_env(env))
+        assert config.model_topic == learner.publish_model
+        assert config.gallery == learner.gallery and config.items == learner.items
+    haproxy = (folder / "haproxy.cfg").read_text()
+    assert "option httpchk GET /readyz" in haproxy  # only ready replicas get queries
+    servers = re.findall(r"^\s+server (\S+) (\S+):8000 check$", haproxy, re.M)
+    assert [(name, host) for name, host in servers] == [(r, r) for r in replicas]
+    assert "./haproxy.cfg:/usr/local/etc/haproxy/haproxy.cfg:ro" in services["balancer"]["volumes"]
+
+
+def test_the_replicas_haproxy_config_is_valid_for_haproxy(tmp_path):
+    """HAProxy itself checks the configuration (the compose names resolved to loopback)."""
+    text = (REPO / "deploy" / "replicas" / "haproxy.cfg").read_text()
+    local = re.sub(r"replica(\d):8000", r"127.0.0.1:800\1", text)
+    (tmp_path / "haproxy.cfg").write_text(local)
+    done = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Configuration file is valid" in done.stdout + done.stderr

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
-from oahu.service.config import configure_logging
+from oahu.cli.serve import REPLICA_ONLY
+from oahu.service.config import ServiceConfig, configure_logging
 from oahu.service.config_flags import add_arguments
 from oahu.service.config_sources import resolve_config
 
@@ -28,7 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    add_arguments(parser)
+    add_arguments(parser, [f.name for f in fields(ServiceConfig) if f.name not in REPLICA_ONLY])
     parser.set_defaults(func=run)
 
 

@@ -15,6 +15,7 @@ consumer resolves item ids against it) that ``apply``s them in order.
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 from collections.abc import Callable
@@ -211,38 +212,63 @@ class Catalog:
             raise DecodeError("non_finite", "x: NaN or inf in item features")
 
     # ------------------------------------------------------------------ persistence
-    def _commit(self) -> None:
-        self.version += 1
+    def overlay(self) -> bytes:
+        """The overlay as it stands (what the overlay file holds): the API's changes at
+        ``version``, as .npz bytes that :meth:`follow` applies elsewhere."""
+        with self._lock:
+            return self._overlay_bytes()
+
+    def _overlay_bytes(self) -> bytes:
         ids = list(self._added)
         rows = [self._added[k] for k in ids]
         dim = self.dim or 0
+        buffer = io.BytesIO()
+        np.savez(
+            buffer,
+            version=np.int64(self.version),
+            ids=np.array(ids, dtype=str),
+            X=np.stack([r[0] for r in rows]) if rows else np.zeros((0, dim), np.float32),
+            y=np.array([r[1] for r in rows], dtype=np.int64),
+            in_gallery=np.array([r[2] for r in rows], dtype=bool),
+            removed=np.array(sorted(self._removed), dtype=str),
+        )
+        return buffer.getvalue()
+
+    def _commit(self) -> None:
+        self.version += 1
         with atomic_open(self.overlay_path, "wb") as fh:
-            np.savez(
-                fh,
-                version=np.int64(self.version),
-                ids=np.array(ids, dtype=str),
-                X=np.stack([r[0] for r in rows]) if rows else np.zeros((0, dim), np.float32),
-                y=np.array([r[1] for r in rows], dtype=np.int64),
-                in_gallery=np.array([r[2] for r in rows], dtype=bool),
-                removed=np.array(sorted(self._removed), dtype=str),
-            )
+            fh.write(self._overlay_bytes())
 
     def _restore(self) -> None:
-        with np.load(self.overlay_path, allow_pickle=False) as npz:
-            self.version = int(npz["version"])
+        self._apply_overlay(self.overlay_path.read_bytes(), self.items, self.gallery)
+
+    def _apply_overlay(self, overlay: bytes, items: ItemStore, gallery: ItemStore) -> None:
+        with np.load(io.BytesIO(overlay), allow_pickle=False) as npz:
+            version = int(npz["version"])
             removed = npz["removed"].tolist()
             ids, X, y, in_gallery = (npz[k] for k in ("ids", "X", "y", "in_gallery"))
-        for store in (self.items, self.gallery):
+        for store in (items, gallery):
             known = [k for k in removed if k in store]
             if known:
                 store.remove(known)
-        self._removed = set(removed)
         if len(ids):
-            self.items.add(ids, X, y)
+            items.add(ids, X, y)
             if in_gallery.any():
-                self.gallery.add(ids[in_gallery], X[in_gallery], y[in_gallery])
+                gallery.add(ids[in_gallery], X[in_gallery], y[in_gallery])
         keys = ids.tolist()
+        self.version = version
+        self._removed = set(removed)
         self._added = {k: (X[i], int(y[i]), bool(in_gallery[i])) for i, k in enumerate(keys)}
+
+    def follow(self, overlay: bytes, base: Callable[[], tuple[ItemStore, ItemStore]]) -> None:
+        """Become ``base()``'s items and gallery with ``overlay`` (another catalog's
+        :meth:`overlay`) applied, as a serving replica follows the learner service's items;
+        nothing is written, and readers see the old items or the new."""
+        items, gallery = base()
+        with self._lock:
+            self._apply_overlay(overlay, items, gallery)
+            self.items.take(items)
+            self.gallery.take(gallery)
 
 
 def base_items(

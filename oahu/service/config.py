@@ -35,7 +35,13 @@ _COUNTS = (
     "default_constraints",
     "ivf_nprobe",
 )
-_SECONDS = ("checkpoint_interval", "reindex_interval", "poll_timeout", "learner_restart_delay")
+_SECONDS = (
+    "checkpoint_interval",
+    "reindex_interval",
+    "poll_timeout",
+    "learner_restart_delay",
+    "max_model_lag",
+)
 
 
 def _opt(default: Any, help: str, metavar: str | None = None) -> Any:
@@ -131,6 +137,23 @@ class ServiceConfig:
             "--kafka-option",
         ),
     )
+    publish_model: str | None = _opt(
+        None,
+        "oahu run: publish every snapshot to this Kafka topic (compacted; created if missing) "
+        "and the API's item changes to TOPIC.items, for oahu serve replicas to follow",
+        "kafka://HOST:PORT/TOPIC",
+    )
+    model_topic: str | None = _opt(
+        None,
+        "oahu serve: the topic of an oahu run --publish-model to serve snapshots from",
+        "kafka://HOST:PORT/TOPIC",
+    )
+    max_model_lag: float = _opt(
+        30.0,
+        "oahu serve: /readyz answers 503 while the newest snapshot on the model topic has not "
+        "been served for this long",
+        "SECONDS",
+    )
     auth_token: str | None = _opt(
         None, "bearer token required by the write endpoints (POST/DELETE /v1/items)", "TOKEN"
     )
@@ -190,6 +213,9 @@ class ServiceConfig:
 
         check_choice(self.index, "index", INDEX_KINDS)
         self.http_host_port()
+        for name in ("publish_model", "model_topic"):
+            if getattr(self, name) is not None:
+                parse_kafka_uri(getattr(self, name), name, "kafka://HOST:PORT/TOPIC")
         if self.suggest_topic is not None:
             # A bare topic lives on the source's brokers; any other broker needs a URI.
             if self.suggest_topic.startswith("kafka://"):

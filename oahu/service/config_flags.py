@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+from collections.abc import Collection
 
 from oahu.service.config import ServiceConfig, setting_type
 from oahu.service.config_sources import ENV_PREFIX
@@ -22,9 +23,10 @@ def flag_of(field: dataclasses.Field) -> str:
     return field.metadata.get("flag") or "--" + field.name.replace("_", "-")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per field, plus ``--config``; every flag defaults to None, so that
-    :func:`oahu.service.config_sources.resolve_config` knows which were given.
+def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """One flag per field (``only`` those named, where given), plus ``--config``; every flag
+    defaults to None, so that :func:`oahu.service.config_sources.resolve_config` knows which
+    were given.
 
     >>> parser = argparse.ArgumentParser()
     >>> add_arguments(parser)
@@ -39,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"environment variables {ENV_PREFIX}<OPTION> override it, flags override both",
     )
     for f in dataclasses.fields(ServiceConfig):
+        if only is not None and f.name not in only:
+            continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         text = f"{f.metadata['help']} (default: {default!r})"
         kind = setting_type(f.name)

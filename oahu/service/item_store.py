@@ -196,6 +196,14 @@ class ItemStore:
                 self._ids.append(keys[i])
             self._version += 1
 
+    def take(self, other: ItemStore) -> None:
+        """Become ``other`` (which the caller gives up): its items, dimension and image shape,
+        in one step under the lock, as a new ``version`` (readers see the old or the new)."""
+        with self._lock:
+            version = self._version
+            self.__dict__.update({k: v for k, v in other.__dict__.items() if k != "_lock"})
+            self._version = max(version, other._version) + 1
+
     def _index(self, item_id: str, row: int) -> None:
         self._row[item_id] = row
         as_int = _canonical_int(item_id)

@@ -372,6 +372,24 @@ class ServiceMetrics:
             registry=r,
         )
 
+        # oahu.service.serving.model_publishing (--publish-model) and model_following (replicas)
+        self.model_publications = Counter(
+            "oahu_model_publications",
+            "Snapshots acknowledged by the model topic of --publish-model.",
+            registry=r,
+        )
+        self.model_publish_failures = Counter(
+            "oahu_model_publish_failures",
+            "Snapshots or item overlays the model topic could not take (retried or superseded).",
+            registry=r,
+        )
+        self.replica_model_lag = Gauge(
+            "oahu_replica_model_lag_seconds",
+            "A replica (oahu serve): seconds since the newest snapshot on the model topic was "
+            "read, while it is not served yet (0 when it is).",
+            registry=r,
+        )
+
     def forward(self, families: list[Metric]) -> None:
         """Expose ``families`` (from ``LearningMetrics.families``) until the next forward."""
         self._forwarded.families = families

@@ -19,7 +19,7 @@ import secrets
 import time
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException
+from fastapi import APIRouter, HTTPException
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
@@ -170,16 +170,14 @@ def answers_router(view: ServiceView) -> APIRouter:
     from oahu.service.serving.api import (
         Detail,
         FastJSONRoute,
-        _bearer,
         _responses,
         ask_suggester,
         invalid,
+        write_guards,
     )
 
     # the API's route class: bodies that are not JSON (or not UTF-8) are a 422, as there
-    router = APIRouter(
-        route_class=FastJSONRoute, dependencies=[Depends(_bearer(view.config.auth_token))]
-    )
+    router = APIRouter(route_class=FastJSONRoute, dependencies=write_guards(view))
     tokens = QuestionTokens(load_key(view.config.checkpoint_dir))
     labels = _GalleryLabels()
     annotators: set[str] = set()

@@ -77,6 +77,7 @@ def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 _ERRORS = {
     401: "missing or wrong bearer token (only when the service has one)",
+    403: "a serving replica (oahu serve) takes no writes: send them to the learner service",
     404: "none of the ids is known",
     413: "request body larger than --max-request-bytes",
     503: "no model snapshot published yet, or the gallery is empty",
@@ -130,6 +131,7 @@ class ServiceView:
     items_synced: Callable[[int], None]  # wait until the learner can resolve this item version
     history: LearningHistory  # the learner's reports, for the console's curves
     answers: AnswerSink
+    read_only: str | None = None  # why writes are refused (a replica), None where they are not
 
 
 async def ask_suggester(view: ServiceView, request: SuggestRequest) -> SuggestAnswer:
@@ -170,7 +172,7 @@ def create_app(view: ServiceView) -> FastAPI:
     # state (unknown ids, duplicates, labels for the gallery).
     models = request_models(view.n_features, config.max_batch_items)
     queries = {"responses": _responses(413, 503)}
-    writes = {"dependencies": [Depends(_bearer(config.auth_token))]}
+    writes = {"dependencies": write_guards(view)}
 
     def features(items: list[Any], loc: str, side: tuple[str, ...] = ()) -> np.ndarray:
         out = np.empty((len(items), view.n_features), dtype=np.float32)
@@ -281,7 +283,7 @@ def create_app(view: ServiceView) -> FastAPI:
     @app.post(
         "/v1/items",
         summary="Add items to the item store (and the gallery)",
-        responses=_responses(401, 413),
+        responses=_responses(401, 403, 413),
         **writes,
     )
     def add_items(body: models.AddItems) -> dict[str, Any]:
@@ -306,7 +308,7 @@ def create_app(view: ServiceView) -> FastAPI:
     @app.delete(
         "/v1/items",
         summary="Remove items from the item store and the gallery",
-        responses=_responses(401, 404, 413),
+        responses=_responses(401, 403, 404, 413),
         **writes,
     )
     def remove_items(body: models.RemoveItems) -> dict[str, Any]:
@@ -383,6 +385,17 @@ def create_app(view: ServiceView) -> FastAPI:
         return Response(view.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
     return app
+
+
+def write_guards(view: ServiceView) -> list[Any]:
+    """The dependencies of every endpoint that writes: the bearer token, and a 403 naming why
+    where the service takes no writes (a serving replica)."""
+
+    def writable() -> None:
+        if view.read_only is not None:
+            raise HTTPException(403, view.read_only)
+
+    return [Depends(_bearer(view.config.auth_token)), Depends(writable)]
 
 
 def _bearer(token: str | None) -> Callable[..., None]:

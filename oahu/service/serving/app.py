@@ -10,19 +10,18 @@ service exits 0.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
+
+from kafka import KafkaProducer
 
 from oahu.learner import Learner
 from oahu.persistence import learner_to_bytes
 from oahu.registry import make_learner
-from oahu.service.catalog import OVERLAY_FILE, Catalog, base_items
+from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemChange, base_items
 from oahu.service.checkpoints import (
     Progress,
     checkpoint_path,
@@ -36,8 +35,10 @@ from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
 from oahu.service.serving.api import ServiceView, create_app
-from oahu.service.serving.collector import CollectorPauses, freeze_startup_heap
+from oahu.service.serving.collector import CollectorPauses
+from oahu.service.serving.http_server import base_url, start_http
 from oahu.service.serving.inputs import SUGGEST_STRATEGIES
+from oahu.service.serving.model_publishing import ModelPublisher
 from oahu.service.serving.process import LearnerProcess
 from oahu.service.serving.queries import QueryEngine
 from oahu.service.serving.snapshot import SnapshotPublisher
@@ -111,8 +112,24 @@ class Service:
         self.learner, progress, fell_back = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
         self._show_checkpoint_metrics(self.learner, progress, fell_back)
+        # --publish-model: every snapshot and item change also goes to Kafka, for replicas
+        self.model_publisher = (
+            None
+            if config.publish_model is None
+            else ModelPublisher(
+                config.publish_model,
+                self.catalog,
+                self.metrics,
+                lambda: self.status,
+                config.kafka_options(KafkaProducer),
+            )
+        )
         self.publisher = SnapshotPublisher(
-            self.catalog, self.metrics, config.index, config.ivf_nprobe
+            self.catalog,
+            self.metrics,
+            config.index,
+            config.ivf_nprobe,
+            on_published=self.model_publisher and self.model_publisher.snapshot_published,
         )
         self.history = LearningHistory()  # the console's curve, from the checkpoint on
         first = self._learner_process(self.learner, progress, fell_back)
@@ -124,7 +141,7 @@ class Service:
             RestartBackoff(first=delay, most=max(MAX_DELAY_SECONDS, delay)),
         )
         # API item changes go to the learner process (before it runs, it reads the overlay file)
-        self.catalog.on_change = self.learning.forward
+        self.catalog.on_change = self._item_changed
         self.metrics.learner_report_age.set_function(lambda: self.learning.report_age or 0.0)
         self.metrics.source_contact_age.set_function(self._source_contact_age)
         m = self.metrics
@@ -221,6 +238,11 @@ class Service:
         metrics.set_model(learner)
         self.metrics.forward(metrics.families())
 
+    def _item_changed(self, change: ItemChange) -> None:
+        self.learning.forward(change)
+        if self.model_publisher is not None:
+            self.model_publisher.items_changed(change)
+
     def _view(self) -> ServiceView:
         config = self.config
         return ServiceView(
@@ -293,6 +315,8 @@ class Service:
     def start(self) -> None:
         """Start the snapshot builder, the query worker and the learner process (not the HTTP
         server)."""
+        if self.model_publisher is not None:
+            self.model_publisher.start()
         self.publisher.start()
         self.publisher.submit(learner_to_bytes(self.learner, queries_only=True))
         self.engine.start()
@@ -308,60 +332,19 @@ class Service:
         self.suggester.stop()
         self.answers.close()
         self.publisher.stop()
+        if self.model_publisher is not None:
+            self.model_publisher.stop()
         self.stalls.stop()
         self.gc_pauses.close()
 
     def run(self, install_signals: bool = True) -> int:
         """Serve HTTP and learn until SIGTERM/SIGINT (or the end of the file with
         ``exit_at_end``); returns the process exit code."""
-        import uvicorn
-
-        if install_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self.stop_event.set())
-        host, port = self.config.http_host_port()
-        stalls = self.stalls
-
-        class Server(uvicorn.Server):
-            async def startup(self, sockets: Any = None) -> None:
-                await super().startup(sockets)
-                stalls.attach_loop(asyncio.get_running_loop())  # its beat, from now on
-
-        # http and loop stay "auto": httptools and uvloop (dependencies) where they install,
-        # h11 and asyncio otherwise.
-        server = Server(
-            uvicorn.Config(
-                self.app,
-                host=host,
-                port=port,
-                log_level=self.config.log_level,
-                access_log=False,
-                lifespan="off",
-            )
-        )
-        # What start-up built lives as long as the process: out of the collector's walks.
-        freeze_startup_heap()
-        http = threading.Thread(target=server.run, name="oahu-http", daemon=True)
-        http.start()
-        while not server.started and http.is_alive():
-            time.sleep(0.05)
-        if not http.is_alive():
-            log.error("the HTTP server did not start on %s", self.config.http)
+        http = start_http(self.app, self.config, self.stalls, self.stop_event, install_signals)
+        if http is None:
             return 1
         self.start()
-        self._announce(host, server)
-        while not (self.stop_event.is_set() or self.finished.is_set()):
-            self.stop_event.wait(0.1)
-            self.learning.poll()  # restarts a failed learner process, on this thread
-        self.shutdown()
-        server.should_exit = True
-        http.join(timeout=10)
-        return 0
-
-    def _announce(self, host: str, server: Any) -> None:
-        port = server.servers[0].sockets[0].getsockname()[1] if server.servers else 0
-        shown = f"[{host}]" if ":" in host else host
-        base = f"http://{shown}:{port}"
+        base = base_url(self.config, http)
         print(
             f"oahu run: {self.learner.name} learning from {self.config.source}\n"
             f"  console  {base}/\n"
@@ -371,3 +354,9 @@ class Service:
             f"  state    {Path(self.config.checkpoint_dir).resolve()}",
             flush=True,
         )
+        while not (self.stop_event.is_set() or self.finished.is_set()):
+            self.stop_event.wait(0.1)
+            self.learning.poll()  # restarts a failed learner process, on this thread
+        self.shutdown()
+        http.stop()
+        return 0

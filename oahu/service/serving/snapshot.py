@@ -173,6 +173,12 @@ class SnapshotPublisher:
     ``submit(state)`` hands over a learner as :mod:`oahu.persistence` bytes (from the learner
     process, or :func:`~oahu.persistence.learner_to_bytes` of one at hand). ``error`` is why the
     latest build failed (None once one succeeds), ``failures`` how many failed in a row.
+
+    ``on_published(snapshot, state, items_version)`` hears of each snapshot with the bytes of
+    its model and the catalog version it was built at (``--publish-model`` sends them to the
+    replicas). A serving replica numbers its snapshots as the learner service did
+    (``submit(state, version)``) and builds one only for a new model (``follow_gallery`` off):
+    one number, one model and one gallery everywhere.
     """
 
     def __init__(
@@ -181,12 +187,17 @@ class SnapshotPublisher:
         metrics: ServiceMetrics,
         index: str = "exact",
         nprobe: int = 16,
+        on_published: Callable[[Snapshot, bytes, int], None] | None = None,
+        follow_gallery: bool = True,
     ) -> None:
         self.catalog = catalog
         self.index, self.nprobe = index, nprobe
         self.metrics = metrics
+        self.on_published = on_published
+        self.follow_gallery = follow_gallery
         self.current: Snapshot | None = None
-        self._pending: bytes | None = None
+        self._pending: tuple[bytes, int | None] | None = None
+        self._state: bytes | None = None  # the current snapshot's model, as bytes
         self._cond = threading.Condition()
         self._stop = False
         self._gallery: GalleryArrays | None = None
@@ -196,11 +207,16 @@ class SnapshotPublisher:
         self.failures = 0
 
     # ------------------------------------------------------------------ model side
-    def submit(self, state: bytes) -> None:
+    @property
+    def model_state(self) -> bytes | None:
+        """The bytes the current snapshot's model was read from (the object submitted)."""
+        return self._state
+
+    def submit(self, state: bytes, version: int | None = None) -> None:
         """Build a snapshot of ``state`` (a learner as :mod:`oahu.persistence` bytes) next,
-        replacing any older one still waiting."""
+        replacing any older one still waiting; numbered ``version`` (default: the next)."""
         with self._cond:
-            self._pending = state
+            self._pending = (state, version)
             self._cond.notify()
 
     def gallery_changed(self) -> None:
@@ -230,7 +246,11 @@ class SnapshotPublisher:
 
     def _stale_gallery(self) -> bool:
         current = self.current
-        return current is not None and current.gallery_version != self.catalog.gallery.version
+        return (
+            self.follow_gallery
+            and current is not None
+            and current.gallery_version != self.catalog.gallery.version
+        )
 
     def _run(self) -> None:
         use_native_threads(1, faiss=True)
@@ -251,7 +271,7 @@ class SnapshotPublisher:
             except Exception as exc:  # MemoryError included: keep serving the previous snapshot
                 self._failed(state, exc)
 
-    def _failed(self, state: bytes | None, exc: Exception) -> None:
+    def _failed(self, state: tuple[bytes, int | None] | None, exc: Exception) -> None:
         self.failures += 1
         delay = min(RETRY_MAX_SECONDS, RETRY_FIRST_SECONDS * 2 ** (self.failures - 1))
         self.error = f"{type(exc).__name__}: {exc}"[:1000]
@@ -269,13 +289,16 @@ class SnapshotPublisher:
             exc_info=exc,
         )
 
-    def _publish(self, state: bytes | None) -> None:
+    def _publish(self, pending: tuple[bytes, int | None] | None) -> None:
         current = self.current
         source: bytes | Learner
-        if state is not None:
-            source = state
-        elif current is not None:
-            source = current.learner  # gallery change only: same model, new index
+        version = (current.version + 1) if current else 1
+        if pending is not None:
+            source, given = pending
+            version = version if given is None else given
+            state = source
+        elif current is not None and self._state is not None:
+            source, state = current.learner, self._state  # gallery change: same model, new index
         else:
             return
         started = time.perf_counter()
@@ -286,12 +309,16 @@ class SnapshotPublisher:
             time.sleep(pause)
             rested[0] += pause
 
-        version = (current.version + 1) if current else 1
+        # Read before the gallery: a change in between is published again with the next build.
+        items_version = self.catalog.version
         self._gallery = gallery_arrays(self.catalog, self._gallery)
         snapshot = build_snapshot(
             source, self.catalog, version, self.index, self.nprobe, self._gallery, rest
         )
         self.current = snapshot  # one reference swap: readers see the old or the new one
+        self._state = state
+        if self.on_published is not None:
+            self.on_published(snapshot, state, items_version)
         self.error, self.failures = None, 0
         took = time.perf_counter() - started - rested[0]
         self._next_build_at = time.monotonic() + took * (1 / MAX_BUILD_SHARE - 1)
