@@ -54,3 +54,13 @@ def kafka_bootstrap() -> Iterator[str]:
             yield bootstrap
         finally:
             _kafka_sh("stop", run_dir)
+
+
+@pytest.fixture(autouse=True)
+def _no_service_outlives_its_test() -> Iterator[None]:
+    """Services started as subprocesses (tests/service_support.py) end with their test, even
+    one that failed before stopping them."""
+    yield
+    from service_support import kill_started
+
+    kill_started()

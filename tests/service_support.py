@@ -121,6 +121,19 @@ def start_service(stream_file: Path, state: Path, n: int, **config: Any) -> Any:
     return service
 
 
+STARTED: list[ServiceProcess] = []  # killed after each test (tests/conftest.py)
+
+
+def kill_started() -> None:
+    """Kill every service a test started and left running (a failed assertion included), so
+    that none lives on into later tests."""
+    while STARTED:
+        service = STARTED.pop()
+        if service.proc.poll() is None:
+            service.proc.kill()
+            service.proc.wait(timeout=30)
+
+
 class ServiceProcess:
     """``python -m oahu.cli.main COMMAND ARGS`` (``run`` or ``serve``) as a subprocess, with
     its HTTP API (on ``port``: a free one by default; a restart takes its predecessor's to look
@@ -138,6 +151,7 @@ class ServiceProcess:
         self.base = f"http://127.0.0.1:{self.port}"
         self.log = log
         full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        STARTED.append(self)
         with open(log, "ab") as fh:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "oahu.cli.main", command, "--http",

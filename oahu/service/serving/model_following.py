@@ -139,12 +139,14 @@ class ModelFollower:
             self._newest = _Received(blobs[-1], time.monotonic())
         self.caught_up = self.caught_up or (models.end_reached and items.end_reached)
         newest = self._newest
-        if newest is None or newest is self._submitted:
-            return
+        if newest is None or newest is self._submitted or not self.caught_up:
+            return  # a new replica builds the newest snapshot first, not each on its way
         if int(newest.blob.meta.get("items_version", 0)) > self.catalog.version:
             return  # its gallery's items are not here yet: they follow on the items topic
         self._submitted = newest
         meta = newest.blob.meta
+        log.info("building snapshot %s (%s updates) from %s", meta.get("snapshot"),
+                 meta.get("updates"), self.topic)  # fmt: skip
         self.publisher.submit(newest.blob.payload, version=int(meta["snapshot"]))
         if "status" in meta:
             self.history.record(meta["status"])

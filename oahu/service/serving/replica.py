@@ -34,7 +34,7 @@ from oahu.service.serving.http_server import base_url, start_http
 from oahu.service.serving.inputs import SUGGEST_STRATEGIES
 from oahu.service.serving.model_following import ModelFollower
 from oahu.service.serving.queries import QueryEngine
-from oahu.service.serving.snapshot import SnapshotPublisher
+from oahu.service.serving.snapshot import REPLICA_BUILD_SHARE, SnapshotPublisher
 from oahu.service.serving.stalls import StallWatch
 from oahu.service.serving.suggest import Suggester
 from oahu.threads import use_native_threads
@@ -86,7 +86,12 @@ class Replica:
         if dim is None:
             raise ValueError("gallery: no items in --gallery or --items to tell the input size")
         self.publisher = SnapshotPublisher(
-            self.catalog, self.metrics, config.index, config.ivf_nprobe, follow_gallery=False
+            self.catalog,
+            self.metrics,
+            config.index,
+            config.ivf_nprobe,
+            follow_gallery=False,
+            build_share=REPLICA_BUILD_SHARE,
         )
         self.history = LearningHistory()
         self.follower = ModelFollower(
