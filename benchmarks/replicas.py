@@ -144,7 +144,7 @@ def highest_within(steps: list[dict[str, Any]], target_ms: float) -> float | Non
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--constraints", type=int, default=500_000)
-    parser.add_argument("--delay-seconds", type=float, default=60.0,
+    parser.add_argument("--delay-seconds", type=float, default=90.0,
                         help="how long to watch publications")  # fmt: skip
     parser.add_argument("--reindex-interval", type=float, default=5.0)
     parser.add_argument("--restarts", type=int, default=3)

@@ -125,6 +125,14 @@ def test_replicas_answer_as_the_learner_does_and_survive_kill_9(kafka_bootstrap,
     # a replica takes no writes
     refused = httpx.post(replicas[1].base + "/v1/items", json=new, timeout=30)
     assert refused.status_code == 403 and "replica" in refused.json()["detail"]
+    # its console is there, read-only: the live view follows the learner's reports
+    page = replicas[1].get("/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    answer = {"token": "t", "annotator": "ann", "choice": "first"}
+    refused = httpx.post(replicas[1].base + "/v1/console/answers", json=answer, timeout=30)
+    assert refused.status_code == 403
+    live = httpx.get(replicas[1].base + "/v1/console/live", timeout=30).json()
+    assert live["now"]["constraints_consumed"] == n and live["now"]["snapshot"]["snapshot"] >= 1
 
     # kill -9 and a restart on the same port: serving the learner's snapshot within 30 s
     victim = replicas[1]
