@@ -99,7 +99,9 @@ def test_kill_9_of_random_members_loses_and_repeats_nothing(kafka_bootstrap, tmp
     consumer.close()
     assert committed == [per_partition] * MEMBERS
 
-    by_offset = {(r.partition, r.offset): r.value for r in read_topic(kafka_bootstrap, topic, N_RECORDS)}
+    by_offset = {
+        (r.partition, r.offset): r.value for r in read_topic(kafka_bootstrap, topic, N_RECORDS)
+    }
     items, _ = base_items(config)
     replay = replayed(
         config, MEMBERS, new(),

@@ -7,7 +7,15 @@ import importlib
 import sys
 
 # Each module defines ``add_parser(subparsers)``; the parser it adds sets ``func(args) -> int``.
-COMMANDS: tuple[str, ...] = ("make_stream", "replay", "run", "produce", "suggest", "datasets")
+COMMANDS: tuple[str, ...] = (
+    "make_stream",
+    "replay",
+    "run",
+    "group_member",
+    "produce",
+    "suggest",
+    "datasets",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
