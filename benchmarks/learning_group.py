@@ -5,13 +5,14 @@ Each run is the service's learner process as ``oahu run`` spawns it (a real
 :class:`~oahu.service.serving.process.LearnerProcess` over the stream file with
 ``--exit-at-end``): with ``--learners 1`` today's one process, with 2 a group of two that
 combines every ``--combine-every`` updates. Constraints/s are counted from the first status
-report with records consumed to the last (start-up, rendezvous and the final checkpoint left
-out); test error is the kNN error (k = 5) of the final checkpoint on a seeded subset of the test
-queries (the same subset for every run). The stream is made once with ``oahu make-stream
+report with records consumed to the last (start-up and rendezvous left out; the final
+checkpoint, which both write before their last report, in), best and median of ``--repeats``
+interleaved runs; test error is the kNN error (k = 5) of the final checkpoint on the test
+queries (all of them by default). The stream is made once with ``oahu make-stream
 --dataset fashion-mnist``. The machine's load average is recorded beside each figure: on a
 shared 2-core machine other processes cost a lot, and two members need both cores.
 
-    python benchmarks/learning_group.py --constraints 100000 --batch-sizes 1 256
+    python benchmarks/learning_group.py --constraints 100000 --combine-every 16 64
     python benchmarks/learning_group.py --constraints 20000 --batch-sizes 1 \
         --members 2 --combine-every 1 4 16 64 --out benchmarks/results/learning-group-k.json
 """
@@ -22,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,34 +116,69 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 256])
     parser.add_argument("--members", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--combine-every", type=int, nargs="+", default=[16])
-    parser.add_argument("--queries", type=int, default=5000, help="test queries evaluated")
+    parser.add_argument("--combine-every", type=int, nargs="+", default=[64])
+    parser.add_argument("--repeats", type=int, default=2, help="runs per setting, interleaved")
+    parser.add_argument(
+        "--queries", type=int, default=None, help="test queries evaluated (default: all)"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="oahu-group-bench-"))
     stream_path = make_stream(args.constraints, args.seed, work)
     stream = load_stream(stream_path)
-    runs = []
+    settings = []
     for batch in args.batch_sizes:
         for members in args.members:
-            for every in args.combine_every if members > 1 else [args.combine_every[0]]:
-                state = work / f"state-{members}-{batch}-{every}"
-                record = run_one(stream_path, members, batch, every, state)
-                record["test_error"] = test_error(record.pop("model"), stream, args.queries)
-                print(json.dumps(record), flush=True)
-                runs.append(record)
+            for every in args.combine_every if members > 1 else args.combine_every[:1]:
+                settings.append((members, batch, every))
+    results: dict[tuple[int, int, int], dict] = {}
+    # Interleaved, so that every setting sees the machine as it is through the whole run. The
+    # model is deterministic (each member learns its shard in the same rounds), so the first
+    # run's is evaluated.
+    for repeat in range(args.repeats):
+        for members, batch, every in settings:
+            state = work / f"state-{members}-{batch}-{every}-{repeat}"
+            record = run_one(stream_path, members, batch, every, state)
+            model = record.pop("model")
+            entry = results.setdefault((members, batch, every), {**record, "runs": []})
+            entry["runs"].append(
+                {k: record[k] for k in ("constraints_per_s", "load_average_before")}
+            )
+            if repeat == 0:
+                entry["test_error"] = test_error(model, stream, args.queries)
+            print(json.dumps({**record, "repeat": repeat}), flush=True)
+    rows = []
+    for (members, batch, every), entry in results.items():
+        rates = [r["constraints_per_s"] for r in entry["runs"]]
+        one = results[(1, batch, args.combine_every[0])] if 1 in args.members else None
+        one_rates = [r["constraints_per_s"] for r in one["runs"]] if one else None
+        row = {
+            "members": members,
+            "batch_size": batch,
+            "combine_every": every if members > 1 else None,
+            "constraints_per_s_best": max(rates),
+            "constraints_per_s_median": statistics.median(rates),
+            "runs": entry["runs"],
+            "test_error": entry["test_error"],
+        }
+        if one is not None:
+            row["speedup_median"] = statistics.median(rates) / statistics.median(one_rates)
+            row["error_minus_one_learner"] = entry["test_error"] - one["test_error"]
+        rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "runs"}), flush=True)
     report = {
         "benchmark": "learning_group",
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
-        "shared_machine": "2 cores shared with another engineer's work during the runs",
+        "shared_machine": "2 cores shared with another engineer's work during the runs; the "
+        "load averages before each run are recorded",
         "code": code_version(),
         "command": "python benchmarks/learning_group.py " + " ".join(sys.argv[1:]),
-        "dataset": "fashion-mnist",
+        "stream": f"oahu make-stream --dataset fashion-mnist --constraints {args.constraints} "
+        f"--seed {args.seed}",
         "constraints": args.constraints,
-        "seed": args.seed,
-        "test_queries": args.queries,
-        "runs": runs,
+        "test_queries": args.queries or len(stream.eval_query_idx),
+        "results": rows,
     }
     out = args.out or RESULTS / f"learning-group-{args.constraints}.json"
     out.write_text(json.dumps(report, indent=1) + "\n")

@@ -165,7 +165,7 @@ class ServiceConfig:
         "N",
     )
     combine_every: int = _opt(
-        16, "a learning group combines its members' models after this many updates each", "K"
+        64, "a learning group combines its members' models after this many updates each", "K"
     )
     group_address: str | None = _opt(
         None,

@@ -59,6 +59,11 @@ log = logging.getLogger(__name__)
 #: combine this soon, so that it holds the others back by at most this much per round.
 BUSY_POLL_SECONDS = 0.01
 
+#: Rank 0 reports the group's status at most this often: a round can last a few milliseconds,
+#: and each report (status and metric families) costs both processes; one learner process
+#: reports about as often, once per poll of ``poll_records``.
+STATUS_INTERVAL_SECONDS = 0.5
+
 # The signals each member adds to the combine, in this order.
 _STOP, _EXHAUSTED, _CHECKPOINT, _CHANGES, _CONSUMED = range(5)
 _N_SIGNALS = 5
@@ -177,16 +182,18 @@ class GroupLoop(ConsumerLoop):
         start_state: bytes | None = None,
     ) -> None:
         self.round_link = RoundLink(link)
+        self.group = group  # before the one-process loop's set-up, which refreshes the status
+        self._member_status_at = 0.0
         super().__init__(
             config, learner, source, catalog, dead_letters, self.round_link, metrics, progress,
             fell_back, start_state,
         )  # fmt: skip
-        self.group = group
         self.schedule = schedule
         self.changes = changes
         self.round = progress.group.get("round", 0)
         self.base = learner.combine_values().summed
         self._dead_at_cut = Counter(progress.dead_letters)
+        self._status_at = 0.0
         self.round_records = config.combine_every * max(1, learner.constraints_per_update)
 
     # ------------------------------------------------------------------ rounds
@@ -275,11 +282,28 @@ class GroupLoop(ConsumerLoop):
         self.round_link.open = True
         try:
             with self.lock:
-                self._refresh_lag()
                 self.link.offer(self.learner, force=final)
-                self._refresh_status(force=final)
+                now = time.monotonic()
+                if final or now - self._status_at >= STATUS_INTERVAL_SECONDS:
+                    self._status_at = now
+                    self._refresh_lag()
+                    self._refresh_status(force=final)
         finally:
             self.round_link.open = False
+
+    def _refresh_status(self, force: bool = False) -> None:
+        """The status between rounds only (rank 0, :meth:`_between_rounds`); the other members,
+        which report to nobody, refresh it (and log their source's readiness and drifts) at most
+        every :data:`STATUS_INTERVAL_SECONDS`."""
+        if self.round_link.open:
+            super()._refresh_status(force)
+            return
+        now = time.monotonic()
+        if self.group.rank == 0:
+            return  # rank 0's comes between rounds
+        if now - self._member_status_at >= STATUS_INTERVAL_SECONDS:
+            self._member_status_at = now
+            super()._refresh_status(force)
 
     def _rewind(self, ranges: Ranges, exc: BaseException) -> None:
         raise GroupFailure(
