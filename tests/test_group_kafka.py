@@ -5,6 +5,7 @@ logged schedule learns."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -19,7 +20,7 @@ from test_service_kafka import create_topic, read_topic, unique
 
 from oahu.connectors.kafka_sink import KafkaSink
 from oahu.connectors.messages import encode_stream
-from oahu.service.catalog import base_items
+from oahu.service.catalog import ItemChange, base_items
 from oahu.service.config import ServiceConfig
 from oahu.service.group.schedule import learn_values, read_schedule
 from oahu.service.serving.process import LearnerProcess
@@ -122,3 +123,43 @@ def test_kill_9_of_random_members_loses_and_repeats_nothing(kafka_bootstrap, tmp
         lambda learner, pairs: learn_values(learner, [by_offset[o] for o in pairs], items),
     )  # fmt: skip
     assert_same_model(model, replay, atol=1e-5)
+
+
+@pytest.mark.timeout(120)
+def test_item_changes_reach_every_member_and_an_idle_member_blocks_nothing(
+    kafka_bootstrap, tmp_path
+):
+    """Items added through the serving process reach rank 0, which hands them to every member
+    at a round boundary: constraints naming them are learned on every partition, none
+    dead-lettered as unknown. Member 2's partition stays empty throughout, and the others'
+    rounds go on without it."""
+    stream_file = make_stream(tmp_path, 50, seed=4)
+    stream = load_stream(stream_file)
+    topic, group = unique("group-items"), unique("g")
+    create_topic(kafka_bootstrap, topic, 3)
+    config = ServiceConfig(
+        source=f"kafka://{kafka_bootstrap}/{topic}?group={group}", items=str(stream_file),
+        checkpoint_dir=str(tmp_path / "state"), learners=3, combine_every=4, learner_nice=0,
+        poll_timeout=0.1,
+    )  # fmt: skip
+    (tmp_path / "state").mkdir()
+    rank0 = leader(config, start_of(config, prepared(stream)))
+    _wait(lambda: "constraints_consumed" in rank0.status, 60, "the group to report")
+    new = np.random.default_rng(0).random((6, stream.n_features)).astype(np.float32)
+    rank0.forward(ItemChange(1, [f"new-{i}" for i in range(6)], new, np.arange(6)))
+    assert rank0.wait_items(1, 30)
+    sink = KafkaSink(topic, kafka_bootstrap)
+    for i in range(20):
+        a, p, n = (f"new-{(i + k) % 6}" for k in range(3))
+        message = {"v": 1, "kind": "triplet", "anchor": {"id": a}, "positive": {"id": p},
+                   "negative": {"id": n}}  # fmt: skip
+        sink.send(json.dumps(message).encode(), partition=i % 2)
+    sink.flush()
+    sink.close()
+    _wait_consumed(rank0, 20, 60)
+    rank0.stop()
+    assert rank0.error is None, rank0.error
+    model, progress = checkpointed(config)
+    assert progress.offsets == {0: 10, 1: 10}  # nothing ever came to partition 2
+    assert not progress.dead_letters  # member 1 knew the new items too
+    assert model.constraints_seen == 20
