@@ -18,7 +18,9 @@ from service_support import assert_same_model, make_stream
 
 from oahu.connectors.file_source import FileSource
 from oahu.service.catalog import base_items
+from oahu.service.checkpoints import Progress
 from oahu.service.config import ServiceConfig
+from oahu.service.group.loop import group_progress
 from oahu.service.group.schedule import learn_values
 from oahu.streams.stream_file import load_stream
 
@@ -58,3 +60,15 @@ def test_a_group_learns_every_record_once_and_equals_the_replay(
     )  # fmt: skip
     assert model.constraints_seen == N_RECORDS
     assert_same_model(model, replay, atol=1e-5)
+
+
+def test_a_file_checkpoint_belongs_to_its_number_of_learners(tmp_path: Path) -> None:
+    path = make_stream(tmp_path, 20)
+    config = ServiceConfig(source=path.as_uri(), checkpoint_dir=str(tmp_path), learners=3)
+    # one learner process's offset: everything before it was learned, every shard starts there
+    one = group_progress(config, Progress({0: 7, 1: 2}, consumed=9))
+    assert one.offsets == {0: 7, 1: 7, 2: 7}
+    same = group_progress(config, Progress({0: 4, 1: 5, 2: 6}, group={"members": 3, "round": 2}))
+    assert same.offsets == {0: 4, 1: 5, 2: 6}
+    with pytest.raises(ValueError, match=r"written by a group of 2 learners .* --learners 2"):
+        group_progress(config, Progress({0: 4, 1: 5}, group={"members": 2, "round": 2}))

@@ -7,8 +7,10 @@ The serving process sees one learner process, as with one learner: rank 0, spawn
 beyond run elsewhere (``oahu group-member``, docs/delivery.md). They rendezvous at
 ``group_address`` (``tcp://HOST:PORT`` of rank 0's machine, or ``env://``) through
 ``torch.distributed``'s TCP store and form one process group: gloo on the CPU, NCCL when the
-learner runs on a GPU. Rank 0 then broadcasts the model and progress to continue from (the
-``Start`` the serving process sent), so that every member starts from the same cut.
+learner runs on GPUs and every member on this machine has one of its own (gloo through host
+memory otherwise; the GPU paths are written but have not been run on a GPU). Rank 0 then
+broadcasts the model and progress to continue from (the ``Start`` the serving process sent), so
+that every member starts from the same cut.
 
 Dying as one: a member dies with rank 0 (``PR_SET_PDEATHSIG``, and end of file on a pipe only
 rank 0 holds open); rank 0 watches its members' process handles, and when one exits before the
@@ -64,14 +66,17 @@ RENDEZVOUS_SECONDS = 120.0
 
 
 class TorchCollectives:
-    """The loop's :class:`~.loop.Collectives` over the default ``torch.distributed`` group."""
+    """The loop's :class:`~.loop.Collectives` over the default ``torch.distributed`` group,
+    whose collectives run on ``device`` (the CPU for gloo, the member's GPU for NCCL)."""
 
     def __init__(self, rank: int, members: int, device: torch.device) -> None:
         self.rank, self.members, self.device = rank, members, device
 
     def all_reduce(self, tensor: torch.Tensor) -> torch.Tensor:
-        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-        return tensor
+        # gloo combines host memory: a GPU learner's values go through it when NCCL is not used
+        moved = tensor.to(self.device)
+        dist.all_reduce(moved, op=dist.ReduceOp.SUM)
+        return moved.to(tensor.device)
 
     def gather(self, value: Any) -> list[Any] | None:
         out: list[Any] | None = [None] * self.members if self.rank == 0 else None
@@ -104,12 +109,18 @@ def join_group(
         host, port, config.learners, is_master=rank == 0,
         timeout=datetime.timedelta(seconds=max(RENDEZVOUS_SECONDS, config.group_timeout)),
     )  # fmt: skip
-    backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = "gloo"
+    if device.type == "cuda" and torch.cuda.device_count() >= (
+        config.local_learners or config.learners
+    ):
+        backend = "nccl"  # one GPU per member on this machine, as NCCL requires
     dist.init_process_group(
         backend, store=store, rank=rank, world_size=config.learners,
         timeout=datetime.timedelta(seconds=config.group_timeout),
     )  # fmt: skip
-    return TorchCollectives(rank, config.learners, device)
+    return TorchCollectives(
+        rank, config.learners, device if backend == "nccl" else torch.device("cpu")
+    )
 
 
 def learner_device(learner: Learner) -> torch.device:
@@ -178,7 +189,7 @@ def member_main(
     use_native_threads(config.threads)
     loop = None
     try:
-        device = _device_of(config)
+        device = _device_of(config, rank)
         group = join_group(config, rank, address, device)
         start = group.broadcast(None)
         loop = build_group_loop(config, group, start, NoServing())
@@ -193,11 +204,16 @@ def member_main(
             loop.dead_letters.close()
 
 
-def _device_of(config: ServiceConfig) -> torch.device:
-    """The device the configured learner runs on (``--learner-param device=...``)."""
+def _device_of(config: ServiceConfig, rank: int) -> torch.device:
+    """The device the configured learner runs on (``--learner-param device=...``); on GPUs,
+    member r's current device is GPU r mod (GPUs on this machine), where its learner is then
+    rebuilt. With fewer GPUs than members here the group combines through gloo."""
     from oahu.learners.oahu.device import resolve_device
 
-    return resolve_device(str(config.learner_params.get("device", "auto")))
+    device = resolve_device(str(config.learner_params.get("device", "auto")))
+    if device.type == "cuda" and device.index is None:
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    return device
 
 
 class _Members:
@@ -273,7 +289,7 @@ def leader_main(config: ServiceConfig, inbox: Connection, outbox: Connection) ->
     loop = None
     try:
         members = _Members(config, address, fail)
-        group = join_group(config, 0, address, _device_of(config))
+        group = join_group(config, 0, address, _device_of(config, 0))
         group.broadcast(start)
         loop = build_group_loop(config, group, start, link, changes)
         threading.Thread(
