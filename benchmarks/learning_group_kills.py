@@ -24,9 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))  # the kill test's helpers
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the kill test's helpers
 from group_support import checkpointed, leader, prepared, replayed, start_of
 from provenance import code_version, machine
 from service_support import make_stream
@@ -39,6 +38,7 @@ from oahu.service.config import ServiceConfig
 from oahu.service.group.schedule import learn_values, learned_offsets, read_schedule
 from oahu.streams.stream_file import load_stream
 
+HERE = Path(__file__).resolve().parent
 KAFKA_SH = HERE.parent / "scripts" / "kafka" / "kafka.sh"
 MEMBERS = 3
 
