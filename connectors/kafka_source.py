@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kafka import AsyncConsumerRebalanceListener, KafkaConsumer, OffsetAndMetadata, TopicPartition
@@ -100,6 +100,10 @@ class KafkaSource:
     ``config`` holds extra ``KafkaConsumer`` settings, passed through unchanged
     (``security_protocol``, ``ssl_*``, ``sasl_*``, ``session_timeout_ms``, ...).
     ``auto_offset_reset`` decides where a group without a committed offset starts.
+    ``partitions``: manual assignment instead of the group's rebalancing: given the topic's
+    partitions, the ones this consumer reads (announced to ``on_assign`` at the first poll and
+    never revoked); the group then only stores committed offsets, as a learning group's members
+    need (:mod:`oahu.service.group`).
     """
 
     def __init__(
@@ -115,6 +119,7 @@ class KafkaSource:
         connect_timeout: float = 10.0,
         backoff: Backoff | None = None,
         stale_after: float = 10.0,
+        partitions: Callable[[list[int]], list[int]] | None = None,
     ) -> None:
         if auto_offset_reset not in ("earliest", "latest"):
             raise ValueError(
@@ -135,6 +140,8 @@ class KafkaSource:
             raise ValueError("config: enable_auto_commit must stay False (offsets are manual)")
         self._backoff = backoff or Backoff()
         self.stale_after = stale_after
+        self._choose = partitions
+        self._announce: list[int] | None = None  # manually assigned, not yet announced
         self._consumer: KafkaConsumer | None = None
         self._retry_at = 0.0
         self._healthy = False
@@ -203,7 +210,10 @@ class KafkaSource:
             return False
         try:
             consumer = KafkaConsumer(**self._config)
-            consumer.subscribe([self.topic], listener=_Listener(self))
+            if self._choose is None:
+                consumer.subscribe([self.topic], listener=_Listener(self))
+            else:
+                self._assign(consumer, self._choose)
         except (KafkaConfigurationError, TypeError, ValueError):
             raise  # a bad configuration does not fix itself: fail loudly
         except Exception as e:  # any connection failure: retry later
@@ -214,6 +224,16 @@ class KafkaSource:
         self._healthy = True
         self.last_error = None
         return True
+
+    def _assign(self, consumer: KafkaConsumer, choose: Callable[[list[int]], list[int]]) -> None:
+        """Assign ``choose(the topic's partitions)`` to ``consumer`` (manual assignment)."""
+        known = consumer.partitions_for_topic(self.topic)
+        if not known:
+            consumer.close(autocommit=False)
+            raise ConnectionError(f"no partitions known for topic {self.topic!r} yet")
+        mine = sorted(choose(sorted(known)))
+        consumer.assign([self._tp(p) for p in mine])
+        self._announce = mine
 
     def _require(self) -> KafkaConsumer:
         if self._consumer is None:
@@ -231,6 +251,10 @@ class KafkaSource:
             time.sleep(max(0.0, min(timeout, self._retry_at - time.monotonic())))
             return []
         assert self._consumer is not None
+        if self._announce is not None:
+            announce, self._announce = self._announce, None
+            if self.on_assign is not None and announce:
+                self.on_assign(announce)
         try:
             batches = self._consumer.poll(timeout_ms=int(timeout * 1000), max_records=max_records)
         except KafkaError as e:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+import torch
 
 from oahu.constraint_kinds import ROLES, ConstraintKind
 from oahu.drift import COMBINED, DETECTORS, DriftEvent, DriftMonitor
@@ -50,6 +51,19 @@ _LEARN_HOOKS: dict[str, str] = {
 }
 # The hooks Learner._learn_constraint_rows calls by default, preprocessed, one matrix per role.
 _STACKED_HOOKS = ("_learn_triplets", "_learn_quadruplets")
+
+
+@dataclass(frozen=True)
+class CombineValues:
+    """A learner's values as combining copies of it sees them: ``averaged``, a flat float64
+    tensor (its parameters, on its device), and ``summed``, float64 counters.
+
+    >>> CombineValues(torch.zeros(2, dtype=torch.float64), np.ones(3)).summed.tolist()
+    [1.0, 1.0, 1.0]
+    """
+
+    averaged: torch.Tensor
+    summed: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,10 @@ class Capabilities:
     ``Learner.diagnostics()`` reports. ``detects_drift``: it takes a ``drift_detector``
     parameter, hands it to ``Learner._watch_for_drift`` and feeds its prequential mistakes to
     ``Learner._observe_mistakes``, which watch for concept drift (:mod:`oahu.drift`).
+    ``combines_parameters``: copies of it that learned different constraints from one start can
+    be combined into one model (``Learner.combine_values`` and ``Learner.set_combined_values``,
+    implemented by ``_averaged_values`` and ``_set_averaged_values``): what a learning group of
+    several processes needs (:mod:`oahu.service.group`).
 
     >>> caps = Capabilities(constraint_kinds=("pair", "triplet"))
     >>> caps.protocol_kind, caps.learns("triplet"), caps.learns("quadruplet")
@@ -87,6 +105,7 @@ class Capabilities:
     learns_samples: bool = False
     diagnostics: tuple[Diagnostic, ...] = ()
     detects_drift: bool = False
+    combines_parameters: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.constraint_kinds) - set(_LEARN_HOOKS)
@@ -166,6 +185,8 @@ class Learner(ABC):
     name: ClassVar[str] = "learner"
     capabilities: ClassVar[Capabilities] = Capabilities()
     metric: ClassVar[MetricKind] = "l2"
+    #: The reasons ``skipped`` counts constraints under (summed when copies are combined).
+    skip_reasons: ClassVar[tuple[str, ...]] = (SKIP_NON_FINITE, SKIP_DEGENERATE)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A class must implement what it declares (checked once, when it is defined)."""
@@ -175,6 +196,7 @@ class Learner(ABC):
         needed += ["_learn_samples"] * caps.learns_samples + ["_diagnostics"] * bool(
             caps.diagnostics
         )
+        needed += ["_averaged_values", "_set_averaged_values"] * caps.combines_parameters
         # A class that takes triplets and quadruplets as one array implements both kinds there.
         if cls._learn_constraint_rows is not Learner._learn_constraint_rows:
             needed = [hook for hook in needed if hook not in _STACKED_HOOKS]
@@ -437,6 +459,49 @@ class Learner(ABC):
             return {}
         values = self._diagnostics()
         return {d.name: values[d.name] for d in self.capabilities.diagnostics}
+
+    # ----------------------------------------------------------------- combining
+    def combine_values(self) -> CombineValues:
+        """What combining copies of this learner works on (``capabilities.combines_parameters``):
+        the values averaged (its parameters) and the counters summed.
+
+        >>> from oahu.learners.oahu.learner import OAHU
+        >>> values = OAHU(n_features=2, hidden_width=4, device="cpu").combine_values()
+        >>> values.summed.tolist()  # seen, used, updates, skipped by reason, then OAHU's own
+        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        """
+        if not self.capabilities.combines_parameters:
+            raise ValueError(f"{self.name!r} declares no way to combine copies of its parameters")
+        counters = [self.constraints_seen, self.constraints_used, self.updates]
+        counters += [self.skipped[reason] for reason in self.skip_reasons]
+        summed = np.concatenate([np.asarray(counters, np.float64), self._summed_values()])
+        return CombineValues(self._averaged_values(), summed)
+
+    def set_combined_values(self, values: CombineValues) -> None:
+        """Continue from combined values (:meth:`combine_values`, each averaged or summed over the
+        copies): every copy that sets the same values holds the same model and counters."""
+        summed = np.rint(values.summed).astype(np.int64)
+        self.constraints_seen, self.constraints_used, self.updates = (int(v) for v in summed[:3])
+        reasons = len(self.skip_reasons)
+        for reason, count in zip(self.skip_reasons, summed[3 : 3 + reasons], strict=True):
+            if count or reason in self.skipped:
+                self.skipped[reason] = int(count)
+        self._set_summed_values(summed[3 + reasons :])
+        self._set_averaged_values(values.averaged)
+
+    def _averaged_values(self) -> torch.Tensor:
+        """The values that combining averages, float64 and flat, on the learner's device."""
+        raise NotImplementedError
+
+    def _set_averaged_values(self, values: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def _summed_values(self) -> np.ndarray:
+        """A learner's own counters that combining sums (none by default)."""
+        return np.zeros(0, np.float64)
+
+    def _set_summed_values(self, values: np.ndarray) -> None:  # noqa: B027 (optional hook)
+        """Set what ``_summed_values`` returned, summed over the copies."""
 
     # ----------------------------------------------------------------- inference
     def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:

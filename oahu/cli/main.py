@@ -12,6 +12,7 @@ COMMANDS: tuple[str, ...] = (
     "replay",
     "run",
     "serve",
+    "group_member",
     "produce",
     "suggest",
     "datasets",

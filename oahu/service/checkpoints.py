@@ -46,6 +46,8 @@ class Progress:
     (API changes to the items) at checkpoint time. ``answered``: the questions whose answer the
     model has consumed (the most recent :data:`~oahu.connectors.answered.MAX_ANSWERED`), so that
     an answer that reaches the stream twice is learned once, across restarts and rewinds alike.
+    ``group``: a learning group's cut (:mod:`oahu.service.group`): ``members`` and the combine
+    ``round`` it was taken at; empty for one learner process.
 
     >>> p = Progress({0: 12}, consumed=12, dead_letters=Counter(undecodable=1))
     >>> p.answered.add("3f9a0c"), Progress.from_extra(p.to_extra()) == p
@@ -59,6 +61,7 @@ class Progress:
     source: str = ""
     written_at: float = 0.0
     answered: AnsweredQuestions = field(default_factory=AnsweredQuestions)
+    group: dict[str, int] = field(default_factory=dict)
 
     def to_extra(self) -> dict[str, Any]:
         # str keys: the checkpoint is read back with torch.load(weights_only=True)
@@ -70,6 +73,7 @@ class Progress:
             "source": self.source,
             "written_at": float(self.written_at),
             "answered_questions": list(self.answered),
+            "group": {k: int(v) for k, v in self.group.items()},
         }
 
     @classmethod
@@ -82,6 +86,7 @@ class Progress:
             str(extra.get("source", "")),
             float(extra.get("written_at", 0.0)),
             AnsweredQuestions(str(q) for q in extra.get("answered_questions", ())),
+            {str(k): int(v) for k, v in extra.get("group", {}).items()},
         )
 
 

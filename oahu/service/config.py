@@ -34,6 +34,8 @@ _COUNTS = (
     "reindex_every",
     "default_constraints",
     "ivf_nprobe",
+    "learners",
+    "combine_every",
 )
 _SECONDS = (
     "checkpoint_interval",
@@ -41,6 +43,7 @@ _SECONDS = (
     "poll_timeout",
     "learner_restart_delay",
     "max_model_lag",
+    "group_timeout",
 )
 
 
@@ -186,6 +189,30 @@ class ServiceConfig:
     )
     seed: int = _opt(0, "seed of the default digits stream", "SEED")
     log_level: str = _opt("info", ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]}", "LEVEL")
+    learners: int = _opt(
+        1,
+        "learner processes that learn ONE model together over the source's partitions (a "
+        "learning group, docs/delivery.md); 1: one learner process",
+        "N",
+    )
+    combine_every: int = _opt(
+        64, "a learning group combines its members' models after this many updates each", "K"
+    )
+    group_address: str | None = _opt(
+        None,
+        "rendezvous of a learning group: tcp://HOST:PORT of rank 0, or env:// (MASTER_ADDR, "
+        "MASTER_PORT); default: a free port on 127.0.0.1, every member on this machine",
+        "URI",
+    )
+    local_learners: int | None = _opt(
+        None,
+        "of a learning group's ranks, how many this machine runs (ranks 0 to N-1); the others "
+        "run `oahu group-member` on other machines; default: all of them",
+        "N",
+    )
+    group_timeout: float = _opt(
+        10.0, "seconds a learning group waits for a member before it fails and restarts", "SECONDS"
+    )
 
     def __post_init__(self) -> None:
         for name in _COUNTS:
@@ -212,6 +239,7 @@ class ServiceConfig:
         from oahu.inference.index import INDEX_KINDS  # here: the learner process never needs it
 
         check_choice(self.index, "index", INDEX_KINDS)
+        self._check_group()
         self.http_host_port()
         for name in ("publish_model", "model_topic"):
             if getattr(self, name) is not None:
@@ -243,6 +271,27 @@ class ServiceConfig:
                     f"source: expected file:///abs/path or kafka://HOST:PORT/TOPIC?group=NAME, "
                     f"got {self.source!r}"
                 )
+
+    def _check_group(self) -> None:
+        if self.local_learners is not None:
+            check_int(self.local_learners, "local_learners", maximum=self.learners)
+        if self.learners == 1:
+            return
+        from oahu.registry import learner_class
+
+        if not learner_class(self.learner).capabilities.combines_parameters:
+            raise ValueError(
+                f"learners: {self.learners} learner processes learn one model by combining "
+                f"their parameters, and {self.learner!r} declares no way to combine them; use "
+                "--learners 1 or --learner oahu"
+            )
+        if self.group_address is not None:
+            uri = urlparse(self.group_address)
+            if uri.scheme == "env" or (uri.scheme == "tcp" and uri.hostname and uri.port):
+                return
+            raise ValueError(
+                f"group_address: expected tcp://HOST:PORT or env://, got {self.group_address!r}"
+            )
 
     # ------------------------------------------------------------------ views
     def learner_arguments(self) -> dict[str, Any]:

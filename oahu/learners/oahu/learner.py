@@ -26,6 +26,7 @@ import torch
 from sklearn.decomposition import PCA
 
 from oahu.learner import Capabilities, Diagnostic, Learner
+from oahu.learners.oahu.combine import combinable_values, set_combinable_values
 from oahu.learners.oahu.config import PRESETS, OAHUConfig, adaptation_steps
 from oahu.learners.oahu.constraint_graph import ConstraintGraph
 from oahu.learners.oahu.device import resolve_device
@@ -115,6 +116,7 @@ class OAHU(Learner):
     capabilities: ClassVar[Capabilities] = Capabilities(
         constraint_kinds=("triplet", "quadruplet"),
         detects_drift=True,
+        combines_parameters=True,
         diagnostics=(
             Diagnostic(
                 "prequential_accuracy",
@@ -149,6 +151,7 @@ class OAHU(Learner):
         ),
     )
     metric = "l2"
+    skip_reasons: ClassVar[tuple[str, ...]] = (*Learner.skip_reasons, SKIP_NON_FINITE_LOSS)
 
     def __init__(self, n_features: int, *, preset: str | None = None, **fields: Any) -> None:
         unknown = set(fields) - set(_CONFIG_FIELDS)
@@ -384,6 +387,24 @@ class OAHU(Learner):
             self._rng,
             knowledge=self.config.graph_memory,
         )
+
+    # ---------------------------------------------------------------- combining
+    def _averaged_values(self) -> torch.Tensor:
+        """The network's tensors, then log α and the last losses, flat in float64
+        (:mod:`oahu.learners.oahu.combine`)."""
+        return combinable_values(self.network, self.update_step)
+
+    def _set_averaged_values(self, values: torch.Tensor) -> None:
+        set_combinable_values(self.network, self.update_step, values)
+
+    def _summed_values(self) -> np.ndarray:
+        # the step-size clock counts the new constraints the whole group learned
+        return np.array([self.update_step.learned], np.float64)
+
+    def _set_summed_values(self, values: np.ndarray) -> None:
+        step = self.update_step
+        step.learned = int(values[0])
+        step.learning_rate = step.step_size()
 
     # ---------------------------------------------------------------- state
     def _get_state(self) -> dict[str, Any]:

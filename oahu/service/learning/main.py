@@ -134,7 +134,13 @@ def build_loop(
 
 def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -> None:
     """Entry point of the learner process: learn from the learner and progress in the first
-    message (the checkpoint or a new model, as the serving process read it) until stopped."""
+    message (the checkpoint or a new model, as the serving process read it) until stopped;
+    with ``learners > 1``, as rank 0 of a learning group (:mod:`oahu.service.group`)."""
+    if config.learners > 1:
+        from oahu.service.group.members import leader_main
+
+        leader_main(config, inbox, outbox)
+        return
     stop = threading.Event()
     for sig in STOP_SIGNALS:  # Ctrl-C reaches the whole process group
         signal.signal(sig, lambda *_: stop.set())
@@ -151,6 +157,12 @@ def learner_main(config: ServiceConfig, inbox: Connection, outbox: Connection) -
     try:
         learner, _ = learner_from_bytes(start.learner)
         progress = Progress.from_extra(start.progress)
+        if progress.group.get("members", 1) > 1 and not config.is_kafka:
+            raise ValueError(
+                f"learners: the checkpoint in {config.checkpoint_dir} was written by a group of "
+                f"{progress.group['members']} learners over a stream file, whose offsets are per "
+                f"member; continue it with --learners {progress.group['members']}"
+            )
         loop = build_loop(config, learner, progress, link, start.fell_back, start.learner)
         reader = threading.Thread(
             target=listen, args=(inbox, loop.catalog.apply, link, stop), daemon=True
