@@ -12,7 +12,8 @@ development items are the gallery of both the learner service and the replicas) 
 2. **restart**: ``kill -9`` of the replica, started again: seconds until it answers from the
    learner's latest snapshot, ``--restarts`` times.
 3. **capacity**: the learner service stopped (its topic stays), one replica pinned to core 0,
-   then two pinned to cores 0 and 1 (``taskset``); this benchmark's open-loop client
+   then two pinned to cores 0 and 1 (``taskset``, at niceness 5 so that the client sharing the
+   cores is not held up behind them and charges them for it); this benchmark's open-loop client
    (serve_latency.py's own, light enough to share the cores) offers rising rates of one-item
    ``/v1/classify`` requests, spread over the replicas' connections as a round-robin balancer
    would; the report names the highest rate whose p99 stays within ``--target-ms`` for each
@@ -28,6 +29,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -53,12 +55,15 @@ from serve_latency import (
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
 KAFKA = REPO / "scripts" / "kafka" / "kafka.sh"
+REPLICA_NICENESS = 5
 
 
 def oahu(*args: str, log: Path, cores: str | None = None) -> subprocess.Popen:
     command = [sys.executable, "-m", "oahu.cli.main", *args]
     if cores is not None:
-        command = ["taskset", "-c", cores, *command]
+        # The load generator shares the cores: below it in priority, the replicas take what it
+        # leaves, and its clock is not held up behind them (that would count as latency).
+        command = ["taskset", "-c", cores, "nice", "-n", str(REPLICA_NICENESS), *command]
     with open(log, "ab") as fh:
         return subprocess.Popen(command, stdout=fh, stderr=subprocess.STDOUT, cwd=REPO)
 
@@ -113,13 +118,17 @@ def capacity(ports: list[int], raws: list[bytes], rates: list[float], seconds: f
     with asyncio.Runner(loop_factory=client_loop_factory()) as runner:
         for rate in rates:
             conns = runner.run(_open(ports, clients))
+            before = resource.getrusage(resource.RUSAGE_SELF)
             try:
                 rec = runner.run(fixed_rate(conns, raws, seconds, rate))
             finally:
                 for conn in conns:
                     conn.close()
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            used = sum(getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime"))
             summary = rec.summary(seconds)
-            out.append({"offered_per_s": rate, **summary})
+            # what the client itself took of the two cores it shares with the replicas
+            out.append({"offered_per_s": rate, **summary, "client_cores": used / seconds})
             print(json.dumps({"replicas": len(ports), **out[-1]}), flush=True)
     return out
 
@@ -154,6 +163,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--target-ms", type=float, default=50.0)
     parser.add_argument("--out", type=Path, default=RESULTS / "replicas.json")
+    parser.add_argument("--capacity-only", action="store_true",
+                        help="skip the publication and restart phases")  # fmt: skip
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="oahu-replicas-"))
     subprocess.run(["bash", str(KAFKA), "install"], check=True, capture_output=True)
@@ -184,11 +195,13 @@ def main() -> None:
             oahu(*serve, "--http", f"127.0.0.1:{replica_port}", log=work / "replica.log")
         )
         wait(lambda: answered_snapshot(replica, body), 180, "the replica")
-        delays = publication_delays(learner, replica, body, args.delay_seconds)
+        delays = []
+        if not args.capacity_only:
+            delays = publication_delays(learner, replica, body, args.delay_seconds)
         print(json.dumps({"publication_delays_s": delays}), flush=True)
 
         restarts = []
-        for _ in range(args.restarts):
+        for _ in range(0 if args.capacity_only else args.restarts):
             processes[-1].send_signal(signal.SIGKILL)
             processes[-1].wait()
             started = time.monotonic()
@@ -243,7 +256,7 @@ def main() -> None:
                 "max": max(delays) if delays else None,
                 "all": delays,
             },
-            "restart_s": {"max": max(restarts), "all": restarts},
+            "restart_s": {"max": max(restarts, default=None), "all": restarts},
             "capacity": {
                 "target_p99_ms": args.target_ms,
                 "highest_rate_one_replica": one,

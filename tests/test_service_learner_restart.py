@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from group_support import assert_each_once, checkpointed, prepared, replayed
 from service_support import (
     ServiceProcess,
     assert_same_model,
@@ -21,7 +22,11 @@ from service_support import (
 )
 from test_service_process import gone, learner_pid
 
+from oahu.connectors.file_source import FileSource
+from oahu.service.catalog import base_items
 from oahu.service.checkpoints import checkpoint_path, read_checkpoint
+from oahu.service.config import ServiceConfig
+from oahu.service.group.schedule import learn_values
 from oahu.service.serving.supervisor import RestartBackoff
 from oahu.streams.stream_file import ConstraintStream
 
@@ -137,3 +142,47 @@ def test_a_learner_that_ends_cleanly_ends_the_service(tmp_path: Path):
     )  # fmt: skip
     assert service.proc.wait(timeout=120) == 0, service.output()
     assert "restarted" not in service.output()
+
+
+@pytest.mark.timeout(300)
+def test_a_learning_group_whose_member_dies_is_restarted_and_learns_each_record_once(tmp_path):
+    """``oahu run --learners 2``: kill -9 of the member rank 0 spawned fails the group (rank 0
+    exits 1), the serving process restarts it from the last cut, and the group still learns
+    every record of the file once, the model equal to a replay of its schedule."""
+    n, members = 1500, 2
+    stream_file = make_stream(tmp_path, n, seed=5)
+    state = tmp_path / "state"
+    service = ServiceProcess(
+        ["--source", stream_file.as_uri(), "--checkpoint-dir", str(state),
+         "--learners", str(members), "--combine-every", "4", "--checkpoint-every", "100",
+         "--learner-restart-delay", "0.25", "--learner-param", "batch_size=4"],
+        tmp_path / "service.log",
+    )  # fmt: skip
+    service.wait_serving()
+    for kill in (1, 2):
+        service.wait_consumed(300 * kill)
+        rank0 = learner_pid(service)
+        member = int(Path(f"/proc/{rank0}/task/{rank0}/children").read_text().split()[0])
+        os.kill(member, signal.SIGKILL)
+        wait_until(lambda: gone(rank0), 30, "the group to fail as one")  # noqa: B023
+
+        def restarted() -> bool:
+            learning = readyz(service)[1]["learning"]
+            return learning["running"] and learning["restarts"] == kill  # noqa: B023
+
+        wait_until(restarted, 60, f"restart {kill}", interval=0.02)
+    service.wait_consumed(n)
+    assert service.terminate() == 0
+    config = ServiceConfig(source=stream_file.as_uri(), checkpoint_dir=str(state),
+                           learners=members)  # fmt: skip
+    model, progress = checkpointed(config)
+    assert progress.consumed == n and model.constraints_seen == n
+    assert_each_once(config, members, [(o % members, o) for o in range(n)])
+    values = {r.offset: r.value for r in FileSource(stream_file).poll(n)}
+    items, _ = base_items(config)
+    stream = ConstraintStream.load(stream_file)
+    replay = replayed(
+        config, members, prepared(stream, batch_size=4)(),
+        lambda learner, offsets: learn_values(learner, [values[o] for _, o in offsets], items),
+    )  # fmt: skip
+    assert_same_model(model, replay, atol=1e-5)
