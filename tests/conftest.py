@@ -60,7 +60,8 @@ def kafka_bootstrap() -> Iterator[str]:
 def _no_service_outlives_its_test() -> Iterator[None]:
     """Services started as subprocesses (tests/service_support.py) end with their test, even
     one that failed before stopping them."""
-    yield
-    from service_support import kill_started
+    from service_support import STARTED, kill_started
 
-    kill_started()
+    before = len(STARTED)  # those of wider-scoped fixtures, set up first, live on
+    yield
+    kill_started(before)

@@ -124,10 +124,10 @@ def start_service(stream_file: Path, state: Path, n: int, **config: Any) -> Any:
 STARTED: list[ServiceProcess] = []  # killed after each test (tests/conftest.py)
 
 
-def kill_started() -> None:
-    """Kill every service a test started and left running (a failed assertion included), so
-    that none lives on into later tests."""
-    while STARTED:
+def kill_started(keep: int = 0) -> None:
+    """Kill every service started after the first ``keep`` and left running (a failed
+    assertion included), so that none lives on into later tests."""
+    while len(STARTED) > keep:
         service = STARTED.pop()
         if service.proc.poll() is None:
             service.proc.kill()

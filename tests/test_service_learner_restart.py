@@ -87,7 +87,7 @@ def test_kill_9_of_the_learner_alone_keeps_serving_and_learns_each_constraint_on
     state = tmp_path / "state"
     service = ServiceProcess(
         ["--source", stream_file.as_uri(), "--checkpoint-dir", str(state),
-         "--checkpoint-every", "150", "--poll-records", "10", "--learner-restart-delay", "0.25",
+         "--checkpoint-every", "150", "--poll-records", "10", "--learner-restart-delay", "0.1",
          "--reindex-interval", "0.2"],
         tmp_path / "service.log",
     )  # fmt: skip

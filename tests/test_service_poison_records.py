@@ -321,24 +321,22 @@ def crashing_on(
 
 
 def test_a_record_that_crashes_the_learner_process_is_dead_lettered_as_crash_loop(tmp_path):
-    """``oahu run`` restarted after each crash, as an orchestrator does: the crashing record is
-    learned alone after the first crash, dead-lettered after two crashes alone, and every other
-    record is learned exactly once; the partition reaches its end."""
+    """The learner process restarted by the serving process after each crash: the crashing
+    record is learned alone after the first crash, dead-lettered after two crashes alone, and
+    every other record is learned exactly once; the partition reaches its end and the service
+    exits 0, never having stopped serving."""
     n, bad = 400, 150
     stream_file, stream, env = crashing_on(tmp_path, n, bad, seed=8)
     state = tmp_path / "state"
     args = [sys.executable, "-m", "oahu.cli.main", "run", "--http", "127.0.0.1:0",
             "--source", stream_file.as_uri(), "--checkpoint-dir", str(state),
-            "--checkpoint-every", "97", "--poll-records", "20", "--exit-at-end"]  # fmt: skip
-    codes = []
-    for _ in range(6):  # each run ends at the crash, or at the end of the stream
-        run = subprocess.run(args, env={**os.environ, **env}, cwd=REPO, capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
-        codes.append(run.returncode)
-        if run.returncode == 0:
-            break
-    # crashed in its batch, then alone, then alone again; the fourth run dead-letters it
-    assert codes == [1, 1, 1, 0], run.stderr[-3000:]
+            "--checkpoint-every", "97", "--poll-records", "20", "--exit-at-end",
+            "--learner-restart-delay", "0.2"]  # fmt: skip
+    run = subprocess.run(args, env={**os.environ, **env}, cwd=REPO, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    # crashed in its batch, then alone, then alone again; the fourth process dead-letters it
+    assert run.stderr.count("learner process restarted") == 3, run.stderr[-3000:]
     assert "learning them one at a time" in run.stderr
     letters = [json.loads(line) for line in (state / "dead-letters.jsonl").open()]
     assert [(d["offset"], d["reason"]) for d in letters] == [(bad, CRASH_LOOP)]
@@ -386,14 +384,10 @@ def test_a_crash_looping_record_does_not_block_its_kafka_partition(kafka_bootstr
             str(stream_file), "--gallery", str(stream_file), "--checkpoint-dir", str(state),
             *FAST_GROUP, "--kafka-option",
             f"group_instance_id={unique('member')}", "--checkpoint-every", "97",
-            "--poll-records", "20"]  # fmt: skip
-    codes = []
-    for run in range(3):  # crashed in its batch, then twice alone
-        proc = ServiceProcess(args, tmp_path / f"run{run}.log", env=env)
-        codes.append(proc.proc.wait(timeout=180))
-    assert codes == [1, 1, 1], proc.output()
-    proc = ServiceProcess(args, tmp_path / "run3.log", env=env)
-    proc.wait_consumed(n)
+            "--poll-records", "20", "--learner-restart-delay", "0.2"]  # fmt: skip
+    proc = ServiceProcess(args, tmp_path / "run.log", env=env)
+    proc.wait_consumed(n, timeout=240)  # crashed in its batch, then twice alone: restarted
+    assert proc.log.read_text().count("learner process restarted") == 3
     assert proc.terminate() == 0
     (letter,) = read_topic(kafka_bootstrap, topic + ".dead-letter", 1)
     assert dict(letter.headers)["reason"] == CRASH_LOOP.encode() and letter.offset == 0

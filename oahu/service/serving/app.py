@@ -298,7 +298,7 @@ class Service:
         """
         snapshot = None if self.publisher.current is not None else "no snapshot published yet"
         learning = self.learning
-        if not learning.alive or (learning.restarts and learning.report_age is None):
+        if learning.down or (learning.restarts and learning.report_age is None):
             return {"snapshot": snapshot}
         status, age = self.status, learning.report_age
         reporting = None

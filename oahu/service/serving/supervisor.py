@@ -131,6 +131,12 @@ class LearnerSupervisor:
         return current.error if current.finished.is_set() and current.error else self._last_error
 
     @property
+    def down(self) -> bool:
+        """Whether the current learner process has failed (its replacement not started yet)."""
+        current = self.current
+        return current.finished.is_set() and current.error is not None
+
+    @property
     def crash_loop(self) -> bool:
         return self.backoff.crash_loop()
 
