@@ -132,9 +132,11 @@ class LearnerSupervisor:
 
     @property
     def down(self) -> bool:
-        """Whether the current learner process has failed (its replacement not started yet)."""
+        """Whether the current learner process has failed and its replacement has not started
+        yet (``current`` may already name the replacement, for the moment before its start)."""
         current = self.current
-        return current.finished.is_set() and current.error is not None
+        failed = current.finished.is_set() and current.error is not None
+        return failed or self.restarting_at is not None
 
     @property
     def crash_loop(self) -> bool:
@@ -221,11 +223,12 @@ class LearnerSupervisor:
             current.error = f"could not prepare a new learner process: {exc!r}"
             self.restarting_at = None  # counted as one more failure
             return
+        # counted first: a started replacement that has not reported yet is then known as one
+        self.restarts += 1
+        self.metrics.learner_restarts.inc()
         with self._lock:
             self.current = replacement
         self._started_at = time.monotonic()
         self._start(replacement)
-        self.restarts += 1
         self.restarting_at = None
-        self.metrics.learner_restarts.inc()
         log.warning("learner process restarted (pid %s)", replacement.pid)
