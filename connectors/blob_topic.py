@@ -92,7 +92,7 @@ class BlobWriter:
     in-sync replica (``acks="all"``) before the writer counts it ``written``.
 
     ``write`` returns at once; Kafka's producer sends in the background. A blob that cannot be
-    sent is logged and counted in ``failed``: the next one supersedes it anyway.
+    sent is logged (and said to ``write``'s ``done``): the next one supersedes it anyway.
     """
 
     def __init__(self, bootstrap: str, topic: str, options: dict[str, Any] | None = None) -> None:
@@ -107,10 +107,6 @@ class BlobWriter:
             linger_ms=5,
             **_only(options, "producer"),
         )
-        self._lock = threading.Lock()
-        self._reported: set[int] = set()
-        self.written = 0
-        self.failed = 0
 
     def write(
         self,
@@ -140,34 +136,37 @@ class BlobWriter:
                 )
             )
         # Chunks go in order on one partition: the last acknowledged means all were written.
-        futures[-1].add_callback(lambda _: self._finished(version, None, done))
+        report = _ReportOnce(self.topic, version, done)
+        futures[-1].add_callback(lambda _: report(None))
         for future in futures:
-            future.add_errback(lambda exc: self._finished(version, exc, done))
-
-    def _finished(
-        self,
-        version: int,
-        error: BaseException | None,
-        done: Callable[[BaseException | None], None] | None,
-    ) -> None:
-        with self._lock:
-            if version in self._reported:  # one report per blob, however many chunks failed
-                return
-            self._reported.add(version)
-            if error is None:
-                self.written += 1
-            else:
-                self.failed += 1
-        if error is not None:
-            log.warning("blob %d could not be written to %s: %r", version, self.topic, error)
-        if done is not None:
-            done(error)
+            future.add_errback(report)
 
     def flush(self, timeout: float | None = None) -> None:
         self._producer.flush(timeout)
 
     def close(self) -> None:
         self._producer.close(timeout=5)
+
+
+class _ReportOnce:
+    """Says how one blob's write ended, once, however many of its chunks failed."""
+
+    def __init__(
+        self, topic: str, version: int, done: Callable[[BaseException | None], None] | None
+    ) -> None:
+        self.topic, self.version, self.done = topic, version, done
+        self._lock = threading.Lock()
+        self._said = False
+
+    def __call__(self, error: BaseException | None) -> None:
+        with self._lock:
+            if self._said:
+                return
+            self._said = True
+        if error is not None:
+            log.warning("blob %d could not be written to %s: %r", self.version, self.topic, error)
+        if self.done is not None:
+            self.done(error)
 
 
 class BlobReader:

@@ -87,7 +87,6 @@ class ModelPublisher:
         self._items_changed = True  # the overlay goes first, as it stands at the start
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="oahu-model-publisher", daemon=True)
-        self.published: int | None = None  # the number of the latest snapshot acknowledged
 
     def start(self) -> None:
         self._thread.start()
@@ -176,7 +175,6 @@ class ModelPublisher:
 
         def written(error: BaseException | None) -> None:
             if error is None:
-                self.published = snapshot.version
                 self.metrics.model_publications.inc()
             else:
                 self.metrics.model_publish_failures.inc()
