@@ -53,13 +53,14 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from oahu.constraint_kinds import ROLES
 from oahu.streams.atomic import atomic_open
 from oahu.streams.image_shape import check_image_shape
+from oahu.streams.stream_families import CROSS_MODAL_FORMAT, cross_modal_refusal
 
 if TYPE_CHECKING:
     from oahu.streams.stream_file import ConstraintStream
@@ -198,6 +199,26 @@ def _membership(idx: np.ndarray, n_items: int) -> np.ndarray:
     return is_in
 
 
+def check_fields(
+    record: dict[str, Any],
+    lineno: int,
+    expected: tuple[str, ...],
+    schema: dict[str, dict[str, Callable[[Any], str | None]]],
+    fail: Callable[[int, str], ValueError],
+) -> None:
+    """Check that ``record`` is of a ``type`` in ``expected`` and has every field ``schema``
+    requires of that type, each passing its check; else ``fail``'s error naming the field."""
+    kind = record.get("type")
+    if kind not in expected:
+        raise fail(lineno, f"field 'type': expected {' or '.join(expected)}, got {kind!r}")
+    for name, check in schema[kind].items():
+        if name not in record:
+            raise fail(lineno, f"field '{name}' is missing from the {kind} record")
+        problem = check(record[name])
+        if problem:
+            raise fail(lineno, f"field '{name}': {problem}, got {record[name]!r}"[:300])
+
+
 class _Reader:
     """Checks records one at a time against the schema and what the header announced."""
 
@@ -217,15 +238,9 @@ class _Reader:
         if not isinstance(record, dict):
             raise self.fail(lineno, "expected a JSON object")
         kind = record.get("type")
-        expected = self._expected_types()
-        if kind not in expected:
-            raise self.fail(lineno, f"field 'type': expected {' or '.join(expected)}, got {kind!r}")
-        for name, check in _SCHEMA[kind].items():
-            if name not in record:
-                raise self.fail(lineno, f"field '{name}' is missing from the {kind} record")
-            problem = check(record[name])
-            if problem:
-                raise self.fail(lineno, f"field '{name}': {problem}, got {record[name]!r}"[:300])
+        if kind == "header" and self.header is None and record.get("format") == CROSS_MODAL_FORMAT:
+            raise ValueError(cross_modal_refusal(self.path))
+        check_fields(record, lineno, self._expected_types(), _SCHEMA, self.fail)
         getattr(self, f"_check_{kind}")(record, lineno)
         return record
 
@@ -392,7 +407,15 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     reader reaches it, after every record before it has been yielded; a file that ends before
     the counts its header announced raises at the end.
     """
-    reader = _Reader(path)
+    return checked_records(path, _Reader(path))
+
+
+def checked_records(
+    path: str | os.PathLike[str], reader: RecordChecker
+) -> Iterator[dict[str, Any]]:
+    """The records of the JSON Lines file ``path``, line by line, each checked by ``reader``
+    (blank lines skipped; a line that is not JSON is ``reader.fail``'s error), then the end of
+    the file by ``reader.check_complete``. Both stream families' JSON Lines read so."""
     lineno = 0
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, start=1):
@@ -404,6 +427,17 @@ def iter_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
                 raise reader.fail(lineno, f"not valid JSON ({e.msg} at column {e.colno})") from e
             yield reader.check(record, lineno)
     reader.check_complete(lineno)
+
+
+class RecordChecker(Protocol):
+    """What :func:`checked_records` asks of a reader: check a record, fail a line, check the
+    end."""
+
+    def check(self, record: Any, lineno: int) -> dict[str, Any]: ...
+
+    def fail(self, lineno: int, message: str) -> ValueError: ...
+
+    def check_complete(self, lineno: int) -> None: ...
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> ConstraintStream:

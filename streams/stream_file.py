@@ -41,9 +41,9 @@ import json
 import os
 import pickle
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -52,6 +52,7 @@ from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES
 from oahu.streams.atomic import atomic_open
 from oahu.streams.image_shape import ImageShape, check_image_shape
 from oahu.streams.jsonl import OPTIONAL_FIELDS, iter_jsonl, read_jsonl, write_jsonl
+from oahu.streams.stream_families import CROSS_MODAL_FORMAT, cross_modal_refusal
 
 __all__ = [
     "FORMAT_VERSION",
@@ -59,9 +60,12 @@ __all__ = [
     "OPTIONAL_FIELDS",
     "PROTOCOLS",
     "ConstraintStream",
+    "check_meta",
     "iter_jsonl",
+    "load_by_format",
     "load_stream",
     "read_jsonl",
+    "read_npz_arrays",
     "write_jsonl",
 ]
 
@@ -71,6 +75,7 @@ PROTOCOLS: tuple[str, ...] = ("closure", "random")
 _ZIP_MAGIC = b"PK\x03\x04"  # how every .npz file starts
 _SHOWN_BYTES = 16  # of a file that is not a stream, enough of its start to tell what it is
 _MAX_CONCEPTS = int(np.iinfo(np.int8).max)  # concepts are stored as int8
+T = TypeVar("T")  # what a reader of one stream family returns
 _NPZ_KEYS = ("X", "y", "dev_idx", "test_idx", "kind", "constraints", "meta")
 # OPTIONAL_FIELDS (defined in streams.jsonl, which cannot import this module): the optional
 # fields of a stream, None when absent, written by both formats only when present.
@@ -181,12 +186,7 @@ class ConstraintStream:
         self._check_item_sets(n)
         self._check_flipped()
         self.image_shape = check_image_shape(self.image_shape, self.n_features)
-        try:
-            if not isinstance(self.meta, dict):
-                raise TypeError(f"expected a dict, got {type(self.meta).__name__}")
-            json.dumps(self.meta)  # both file formats store meta as JSON
-        except (TypeError, ValueError) as e:
-            raise ValueError(f"meta: must be a JSON-serialisable dict: {e}") from e
+        check_meta(self.meta)
 
     def _check_constraints(self, n_items: int) -> None:
         width = len(ROLES[self.kind])
@@ -372,13 +372,9 @@ class ConstraintStream:
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ConstraintStream:
         """Read a stream written by :meth:`save`; ``ValueError`` naming the field if invalid."""
-        try:
-            with np.load(path, allow_pickle=False) as npz:
-                arrays = {key: npz[key] for key in npz.files}
-        except FileNotFoundError:
-            raise
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
-            raise ValueError(f"{path}: not a stream file (.npz): {e}") from e
+        arrays = read_npz_arrays(path)
+        if "format" in arrays and str(arrays["format"]) == CROSS_MODAL_FORMAT:
+            raise ValueError(cross_modal_refusal(path))
         missing = [key for key in _NPZ_KEYS if key not in arrays]
         if missing:
             raise ValueError(f"{path}: missing field(s) {', '.join(missing)}")
@@ -406,6 +402,29 @@ class ConstraintStream:
         )
 
 
+def check_meta(meta: Any) -> None:
+    """A ``ValueError`` naming ``meta`` unless it is a dict that JSON can store, as both file
+    formats of both stream families store it."""
+    try:
+        if not isinstance(meta, dict):
+            raise TypeError(f"expected a dict, got {type(meta).__name__}")
+        json.dumps(meta)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"meta: must be a JSON-serialisable dict: {e}") from e
+
+
+def read_npz_arrays(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """Every array of the .npz stream file ``path``, read without pickles (a file that is no
+    .npz is a ``ValueError`` naming it); both stream families' files read so."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
+        raise ValueError(f"{path}: not a stream file (.npz): {e}") from e
+
+
 def load_stream(path: str | os.PathLike[str]) -> ConstraintStream:
     """A stream file of either format: .npz (a zip archive) or JSON Lines, told by its first bytes.
 
@@ -425,17 +444,30 @@ def load_stream(path: str | os.PathLike[str]) -> ConstraintStream:
     ...     print(str(e).replace(str(folder), "DIR"))  # doctest: +ELLIPSIS
     DIR/x.npz: not an oahu stream file (expected ...); it starts with b'x\\x8c\\x01\\x02'
     """
+    return load_by_format(path, ConstraintStream.load, read_jsonl)
+
+
+def load_by_format(
+    path: str | os.PathLike[str],
+    load_npz: Callable[[str | os.PathLike[str]], T],
+    read_lines: Callable[[str | os.PathLike[str]], T],
+) -> T:
+    """The stream in ``path`` read by ``load_npz`` if it is a zip archive (.npz), else by
+    ``read_lines`` if it is JSON Lines, told by its first bytes; any other file is a
+    ``ValueError`` naming it, what was expected and how it starts. Both stream families
+    (:func:`load_stream`, :func:`oahu.streams.cross_modal.load_cross_modal_stream`) read so.
+    """
     with open(path, "rb") as fh:
         start = fh.read(_SHOWN_BYTES + 1)
     if start.startswith(_ZIP_MAGIC):
-        return ConstraintStream.load(path)
+        return load_npz(path)
     # JSON Lines opens with a JSON object, after blank lines at most; a file of nothing but
     # blanks is left to the reader, which says that it is empty.
     text = start.lstrip(b" \t\r\n")
     if text and not text.startswith(b"{"):
         raise ValueError(_not_a_stream(path, start))
     try:
-        return read_jsonl(path)
+        return read_lines(path)
     except UnicodeDecodeError as e:  # a ValueError too, but one that names neither file nor cause
         why = f"JSON Lines is UTF-8 text, which this is not: {e.reason}"
         raise ValueError(_not_a_stream(path, start, why)) from None

@@ -1,0 +1,449 @@
+"""Cross-modal constraint streams: objects seen in two modalities, constraints across them.
+
+Each object has a feature vector in modality A and one in modality B (:mod:`streams.views`:
+two views of the same objects, rows aligned) and one class label. A constraint's items are
+(object, modality) pairs, so a learner with one tower per modality can map both into one space:
+
+* a *pair* (u, v) with a ``similar`` flag says whether u and v are linked (same class), e.g.
+  an image of a digit in A and the Fourier coefficients of a digit in B;
+* a *triplet* (anchor, positive, negative) says the anchor is closer to the positive than to
+  the negative (a relative preference).
+
+:func:`build_cross_modal_stream` draws them from class labels by the CSLP protocol (Zhen and
+Zha, AAAI 2015; streams/FORMAT.md, "Cross-modal streams"); :class:`CrossModalStream` holds
+the objects once and the constraints as object indices with the modality of each item.
+
+Stream file (.npz, format version 1), written with ``np.savez_compressed`` and read with
+``allow_pickle=False``:
+
+=============  =====================  ====================================================
+key            dtype, shape           meaning
+=============  =====================  ====================================================
+format         str, 0-d               ``"oahu-cross-modal-stream"``
+modalities     str (2,)               the two modalities' names, A then B
+XA, XB         float32 (n, d_a/d_b)   each object's features in A and in B
+y              int64 (n,)             object labels
+dev_idx        int64 (n_dev,)         development objects (constraints come from these)
+test_idx       int64 (n_test,)        test objects; dev_idx and test_idx partition range(n)
+constraints    int64 (N, 3)           object indices; a pair uses columns 0, 1, -1 in 2
+modality       int8 (N, 3)            0 (A) or 1 (B) per item; -1 in a pair's column 2
+kinds          int8 (N,)              0: pair, 1: triplet (anchor, positive, negative)
+similar        bool (N,)              a pair's linked flag; False for a triplet
+meta           str, 0-d               JSON object with "format" and "format_version": 1
+=============  =====================  ====================================================
+
+The single-modality reader (:func:`oahu.streams.load_stream`) refuses this file by name, and
+:meth:`CrossModalStream.load` a single-modality one (:mod:`streams.stream_families`). The
+JSON Lines form is :mod:`streams.cross_modal_jsonl`, re-exported here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from oahu.checks import check_int, check_number
+from oahu.streams.atomic import atomic_open
+from oahu.streams.cross_modal_jsonl import read_cross_modal_jsonl, write_cross_modal_jsonl
+from oahu.streams.protocol import _rng, split_dev_test
+from oahu.streams.stream_families import CROSS_MODAL_FORMAT, single_modality_refusal
+from oahu.streams.stream_file import check_meta, load_by_format, read_npz_arrays
+from oahu.streams.views import TwoViews, check_two_names
+
+__all__ = [
+    "CONSTRAINT_KINDS",
+    "CROSS_MODAL_FORMAT",
+    "FORMAT_VERSION",
+    "PAIR",
+    "PROTOCOL",
+    "TRIPLET",
+    "CrossModalStream",
+    "build_cross_modal_stream",
+    "load_cross_modal_stream",
+    "read_cross_modal_jsonl",
+    "write_cross_modal_jsonl",
+]
+
+FORMAT_VERSION = 1
+#: The codes of ``kinds``: 0 a pair, 1 a triplet; CONSTRAINT_KINDS[code] is the kind's name.
+PAIR, TRIPLET = 0, 1
+CONSTRAINT_KINDS: tuple[str, str] = ("pair", "triplet")
+PROTOCOL = "cslp"
+_NPZ_KEYS = (
+    "format",
+    "modalities",
+    "XA",
+    "XB",
+    "y",
+    "dev_idx",
+    "test_idx",
+    "constraints",
+    "modality",
+    "kinds",
+    "similar",
+    "meta",
+)
+# The stream's draws get a tag of their own: the split reads the seed's bits under another
+# (streams.protocol), and a stream from the same bits would correlate with it.
+_CSLP = 64
+
+
+def _integers(value: Any, name: str, shape: tuple[int | None, ...]) -> np.ndarray:
+    """``value`` as int64 of ``shape`` (None: any length), or a ValueError naming ``name``."""
+    arr = np.asarray(value)
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"{name}: expected integers, got dtype {arr.dtype}")
+    if arr.ndim != len(shape) or any(
+        s is not None and s != a for s, a in zip(shape, arr.shape, strict=True)
+    ):
+        wanted = tuple("N" if s is None else s for s in shape)
+        raise ValueError(f"{name}: expected shape {wanted}, got {arr.shape}".replace("'N'", "N"))
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _first(mask: np.ndarray) -> int:
+    """The first row (constraint) where ``mask`` (N,) or (N, k) holds."""
+    return int(np.argwhere(mask)[0][0])
+
+
+@dataclass
+class CrossModalStream:
+    """Objects in two modalities (features stored once per modality) and a stream of
+    cross-modal constraints over them (the module docstring lists the fields).
+
+    Constructing one validates and normalises every field (``ValueError`` naming the field and
+    the bad value); ``dev_idx`` and ``test_idx`` are kept sorted.
+
+    >>> XA = np.eye(4, dtype=np.float32); XB = np.ones((4, 2), dtype=np.float32)
+    >>> s = CrossModalStream(
+    ...     ("img", "txt"), (XA, XB), y=[0, 0, 1, 1], dev_idx=[2, 0, 1], test_idx=[3],
+    ...     constraints=[[0, 0, -1], [1, 0, 2]], modality=[[0, 1, -1], [1, 0, 0]],
+    ...     kinds=[PAIR, TRIPLET], similar=[True, False])
+    >>> len(s), s.n_objects, s.dims, s.dev_idx.tolist()
+    (2, 4, (4, 2), [0, 1, 2])
+    >>> CrossModalStream(("img", "txt"), (XA, XB), [0, 0, 1, 1], [0, 1, 2], [3],
+    ...                  [[0, 3, -1]], [[0, 1, -1]], [PAIR], [False])
+    Traceback (most recent call last):
+    ...
+    ValueError: constraints: object 3 (constraint 0) is not a development object (dev_idx)
+    """
+
+    modalities: tuple[str, str]
+    X: tuple[np.ndarray, np.ndarray]
+    y: np.ndarray
+    dev_idx: np.ndarray
+    test_idx: np.ndarray
+    constraints: np.ndarray
+    modality: np.ndarray
+    kinds: np.ndarray
+    similar: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._check_objects()
+        self._check_split()
+        self._check_constraints()
+        check_meta(self.meta)
+
+    def _check_objects(self) -> None:
+        names = self.modalities = check_two_names(self.modalities, "modalities")
+        if len(self.X) != 2:
+            raise ValueError(f"X: expected one array per modality (2), got {len(self.X)}")
+        X = tuple(np.ascontiguousarray(x, dtype=np.float32) for x in self.X)
+        for name, x in zip(names, X, strict=True):
+            if x.ndim != 2 or len(x) != len(X[0]):
+                raise ValueError(
+                    f"X: modality {name!r} must have shape (n_objects, d) with the "
+                    f"{len(X[0])} rows of {names[0]!r}, got {x.shape}"
+                )
+        self.X = X  # type: ignore[assignment]
+        self.y = _integers(self.y, "y", (self.n_objects,))
+
+    def _check_split(self) -> None:
+        n = self.n_objects
+        for name in ("dev_idx", "test_idx"):
+            idx = np.sort(_integers(getattr(self, name), name, (None,)))
+            if idx.size and (idx[0] < 0 or idx[-1] >= n):
+                raise ValueError(
+                    f"{name}: object indices must lie in [0, {n}), got [{idx[0]}, {idx[-1]}]"
+                )
+            setattr(self, name, idx)
+        times = np.bincount(np.concatenate([self.dev_idx, self.test_idx]), minlength=n)
+        if np.any(times != 1):
+            i = _first(times != 1)
+            raise ValueError(
+                f"dev_idx/test_idx: must partition range(n_objects), but object {i} is listed "
+                f"{int(times[i])} times"
+            )
+
+    def _check_constraints(self) -> None:
+        c = _integers(self.constraints, "constraints", (None, 3))
+        n_constraints = len(c)
+        kinds = _integers(self.kinds, "kinds", (n_constraints,))
+        bad = (kinds != PAIR) & (kinds != TRIPLET)
+        if bad.any():
+            k = _first(bad)
+            raise ValueError(
+                f"kinds: expected {PAIR} (pair) or {TRIPLET} (triplet), got {kinds[k]} at "
+                f"constraint {k}"
+            )
+        unused = np.zeros((n_constraints, 3), dtype=bool)
+        unused[:, 2] = kinds == PAIR  # a pair's third slot
+        if np.any(c[unused] != -1):
+            k = _first(unused & (c != -1))
+            raise ValueError(
+                f"constraints: a pair holds -1 in column 2, constraint {k} holds {c[k, 2]}"
+            )
+        used = ~unused
+        n = self.n_objects
+        out = used & ((c < 0) | (c >= n))
+        if out.any():
+            k = _first(out)
+            raise ValueError(
+                f"constraints: object indices must lie in [0, {n}), constraint {k} holds "
+                f"{c[k].tolist()}"
+            )
+        is_dev = np.zeros(n, dtype=bool)
+        is_dev[self.dev_idx] = True
+        not_dev = used & ~is_dev[np.where(used, c, 0)]
+        if not_dev.any():
+            k = _first(not_dev)
+            raise ValueError(
+                f"constraints: object {c[not_dev][0]} (constraint {k}) is not a development "
+                "object (dev_idx)"
+            )
+        modality = _integers(self.modality, "modality", (n_constraints, 3))
+        wrong = (used & (modality != 0) & (modality != 1)) | (unused & (modality != -1))
+        if wrong.any():
+            k = _first(wrong)
+            raise ValueError(
+                f"modality: expected 0 ({self.modalities[0]}) or 1 ({self.modalities[1]}) per "
+                f"item and -1 in a pair's column 2, constraint {k} "
+                f"({CONSTRAINT_KINDS[kinds[k]]}) holds {modality[k].tolist()}"
+            )
+        similar = np.asarray(self.similar)
+        if similar.dtype != np.bool_ or similar.shape != (n_constraints,):
+            raise ValueError(
+                f"similar: expected a bool array of shape ({n_constraints},), got "
+                f"{similar.dtype} {similar.shape}"
+            )
+        if np.any(similar & (kinds == TRIPLET)):
+            k = _first(similar & (kinds == TRIPLET))
+            raise ValueError(f"similar: a triplet's flag is False, constraint {k} holds True")
+        self.constraints = c
+        self.kinds = kinds.astype(np.int8)
+        self.modality = modality.astype(np.int8)
+        self.similar = np.ascontiguousarray(similar)
+
+    # ------------------------------------------------------------------ access
+    @property
+    def n_objects(self) -> int:
+        return len(self.X[0])
+
+    @property
+    def dims(self) -> tuple[int, int]:
+        """The features of an object in each modality, (d_a, d_b)."""
+        return (self.X[0].shape[1], self.X[1].shape[1])
+
+    def __len__(self) -> int:
+        return len(self.constraints)
+
+    # ------------------------------------------------------------------ files
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the stream to ``path`` (.npz, see the module docstring), atomically."""
+        meta = {**self.meta, "format": CROSS_MODAL_FORMAT, "format_version": FORMAT_VERSION}
+        arrays = {
+            "format": np.array(CROSS_MODAL_FORMAT),
+            "modalities": np.array(self.modalities),
+            "XA": self.X[0],
+            "XB": self.X[1],
+            "y": self.y,
+            "dev_idx": self.dev_idx,
+            "test_idx": self.test_idx,
+            "constraints": self.constraints,
+            "modality": self.modality,
+            "kinds": self.kinds,
+            "similar": self.similar,
+            "meta": np.array(json.dumps(meta)),
+        }
+        with atomic_open(path, "wb") as fh:
+            np.savez_compressed(fh, **arrays)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> CrossModalStream:
+        """Read a stream written by :meth:`save`; ``ValueError`` naming the field if invalid,
+        and naming the reader of a single-modality stream file given instead."""
+        arrays = read_npz_arrays(path)
+        if "format" not in arrays and ("kind" in arrays or "X" in arrays):
+            raise ValueError(single_modality_refusal(path))
+        missing = [key for key in _NPZ_KEYS if key not in arrays]
+        if missing:
+            raise ValueError(f"{path}: missing field(s) {', '.join(missing)}")
+        announced = str(arrays["format"][()]) if arrays["format"].ndim == 0 else None
+        if announced != CROSS_MODAL_FORMAT:
+            raise ValueError(
+                f"format: {path} announces {announced!r}, this reader reads {CROSS_MODAL_FORMAT!r}"
+            )
+        try:
+            meta = json.loads(str(arrays["meta"][()]))
+        except (json.JSONDecodeError, IndexError) as e:
+            raise ValueError(f"meta: {path} holds no JSON object: {e}") from e
+        version = meta.get("format_version") if isinstance(meta, dict) else None
+        if version != FORMAT_VERSION:
+            raise ValueError(
+                f"format_version: {path} has {version!r}, this version reads {FORMAT_VERSION}"
+            )
+        return cls(
+            modalities=tuple(arrays["modalities"].tolist()),  # type: ignore[arg-type]
+            X=(arrays["XA"], arrays["XB"]),
+            y=arrays["y"],
+            dev_idx=arrays["dev_idx"],
+            test_idx=arrays["test_idx"],
+            constraints=arrays["constraints"],
+            modality=arrays["modality"],
+            kinds=arrays["kinds"],
+            similar=arrays["similar"],
+            meta=meta,
+        )
+
+
+def load_cross_modal_stream(path: str | os.PathLike[str]) -> CrossModalStream:
+    """A cross-modal stream file of either format, .npz or JSON Lines, told by its first bytes
+    (as :func:`oahu.streams.load_stream` tells a single-modality one)."""
+    return load_by_format(path, CrossModalStream.load, read_cross_modal_jsonl)
+
+
+# ---------------------------------------------------------------------- the CSLP protocol
+def build_cross_modal_stream(
+    views: TwoViews,
+    n_constraints: int,
+    seed: int,
+    pair_share: float = 0.5,
+    within_share: float = 0.0,
+) -> CrossModalStream:
+    """A cross-modal stream of ``n_constraints`` constraints drawn from class labels (the CSLP
+    protocol; streams/FORMAT.md, "Cross-modal streams").
+
+    * The objects are split 1:1 into development and test objects as
+      :func:`oahu.streams.protocol.split_dev_test` splits them: the same split as
+      ``build_stream`` of a single view with the same seed.
+    * Exactly ``round(pair_share * N)`` constraints are pairs and the others triplets, at
+      seeded random positions; independently, exactly ``round(within_share * N)`` (none by
+      default) have all their items in one modality (A or B with probability 1/2), the others
+      are cross-modal. Every item is a development object.
+    * A cross-modal pair: its first item in A or B (probability 1/2), its second in the other
+      modality; linked (same class) with probability 1/2; the first item uniform, the second
+      uniform among the objects of the first's class (linked; the same object, seen in the
+      other modality, included: the most natural link) or of the other classes (unlinked).
+    * A cross-modal triplet: the anchor in A or B (probability 1/2), uniform; the positive and
+      the negative in the other modality, the positive uniform in the anchor's class (the
+      anchor's own object included), the negative uniform in the other classes.
+    * A constraint within one modality is drawn the same way, except that a linked pair's
+      second item and a triplet's positive are another object than the first (the same object
+      in the same modality says nothing); its first item is then uniform among the objects of
+      classes with two development objects or more.
+
+    Every constraint is label-consistent: a pair's ``similar`` is ``y[u] == y[v]``, a triplet
+    has ``y[anchor] == y[positive] != y[negative]``. The same arguments give the same stream.
+
+    >>> rng = np.random.default_rng(0)
+    >>> views = TwoViews(("a", "b"), (rng.random((20, 3)), rng.random((20, 5))),
+    ...                  np.arange(20) % 4)
+    >>> s = build_cross_modal_stream(views, n_constraints=10, seed=0)
+    >>> len(s), s.meta["n_pairs"], s.meta["n_triplets"], s.meta["n_cross"], len(s.dev_idx)
+    (10, 5, 5, 10, 10)
+    >>> bool(np.all(s.modality[:, 0] != s.modality[:, 1]))  # every constraint cross-modal
+    True
+    """
+    if not isinstance(views, TwoViews):
+        raise ValueError(f"views: expected a TwoViews, got {type(views).__name__}")
+    n = check_int(n_constraints, "n_constraints", minimum=0)
+    seed = check_int(seed, "seed", minimum=0)
+    pair_share = check_number(pair_share, "pair_share", low=0.0, high=1.0)
+    within_share = check_number(within_share, "within_share", low=0.0, high=1.0)
+    dev_idx, test_idx = split_dev_test(views.n_objects, seed)
+    n_pairs, n_within = round(pair_share * n), round(within_share * n)
+    rng = _rng(seed, _CSLP)
+    is_pair = rng.permutation(np.arange(n) < n_pairs)
+    within = rng.permutation(np.arange(n) < n_within)
+    linked = is_pair & (rng.random(n) < 0.5)
+    first_modality = rng.integers(2, size=n)
+    objects = _draw(views.y, dev_idx, is_pair, linked, within, rng)
+    second_modality = np.where(within, first_modality, 1 - first_modality)
+    modality = np.stack(
+        [first_modality, second_modality, np.where(is_pair, -1, second_modality)], axis=1
+    )
+    meta = {
+        "format": CROSS_MODAL_FORMAT,
+        "format_version": FORMAT_VERSION,
+        "dataset": views.dataset,
+        "views": list(views.names),
+        "derived": views.derived,
+        "seed": seed,
+        "protocol": PROTOCOL,
+        "n_constraints": n,
+        "pair_share": pair_share,
+        "within_share": within_share,
+        "n_pairs": n_pairs,
+        "n_triplets": n - n_pairs,
+        "n_cross": n - n_within,
+        "n_within": n_within,
+        "n_linked": int(linked.sum()),
+    }
+    if views.class_names:
+        meta["class_names"] = list(views.class_names)
+    kinds = np.where(is_pair, PAIR, TRIPLET)
+    return CrossModalStream(
+        views.names, views.X, views.y, dev_idx, test_idx, objects, modality, kinds, linked, meta
+    )
+
+
+def _draw(
+    y: np.ndarray,
+    dev_idx: np.ndarray,
+    is_pair: np.ndarray,
+    linked: np.ndarray,
+    within: np.ndarray,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """The objects of every constraint, (N, 3), drawn at once from per-class index tables.
+
+    The development objects are sorted by class, so "an object of class c" is a draw from one
+    contiguous range and "an object of another class" a draw from the two ranges around it.
+    """
+    items = dev_idx[np.argsort(y[dev_idx], kind="stable")]
+    _, start, count = np.unique(y[items], return_index=True, return_counts=True)
+    if len(count) < 2:
+        raise ValueError(
+            "y: the development objects are all of one class; cross-modal constraints need two"
+        )
+    n, n_dev = len(is_pair), len(items)
+    class_of = np.repeat(np.arange(len(count)), count)
+    # A linked pair or a triplet within one modality needs a second object of the first's class.
+    other_object = within & (~is_pair | linked)
+    has_partner = np.flatnonzero(count[class_of] >= 2)
+    if other_object.any() and len(has_partner) == 0:
+        raise ValueError(
+            "within_share: a linked pair or a triplet within one modality needs a class with 2 "
+            "development objects, and no class has"
+        )
+    first = np.where(
+        other_object,
+        has_partner[rng.integers(max(len(has_partner), 1), size=n)] if len(has_partner) else 0,
+        rng.integers(n_dev, size=n),
+    )
+    cls = class_of[first]
+    lo, size = start[cls], count[cls]
+    same = lo + rng.integers(size)  # the first object itself included
+    another = lo + rng.integers(np.maximum(size - 1, 1))
+    another += another >= first  # any other object of the class
+    other = rng.integers(n_dev - size)
+    other += np.where(other >= lo, size, 0)  # skip the first's class range
+    partner = np.where(other_object, another, same)
+    second = np.where(is_pair & ~linked, other, partner)
+    third = np.where(is_pair, -1, items[other])
+    return np.stack([items[first], items[second], third], axis=1)
