@@ -8,8 +8,16 @@ import argparse
 import textwrap
 
 from oahu.checks import check_number
+from oahu.cli.cross_modal_options import (
+    CROSS_MODAL_HELP,
+    add_cross_modal_arguments,
+    build_cross_modal,
+    check_single_modality,
+    describe_cross_modal,
+)
 from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.streams.benchmark_stream import build_stream
+from oahu.streams.cross_modal import write_cross_modal_jsonl
 from oahu.streams.dataset import Dataset
 from oahu.streams.datasets import load_dataset
 from oahu.streams.drift import DRIFTS, build_drift_stream
@@ -87,13 +95,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         + "\n\n"
         + _GROUPING_HELP
         + "\n\nnoise models (--noise-model, with --noise RHO):\n"
-        + "\n".join(f"  {model:<10} {line}" for model, line in NOISE_HELP.items()),
+        + "\n".join(f"  {model:<10} {line}" for model, line in NOISE_HELP.items())
+        + "\n\n"
+        + CROSS_MODAL_HELP,
     )
     add_stream_arguments(p)
     p.add_argument(
         "--kind",
         choices=KINDS,
-        default="triplet",
+        # None: "not given", so that --cross-modal can refuse one given; else triplet.
+        default=None,
         help="triplets (OAHU, OASIS), labelled pairs (LEGO, RDML) or quadruplets from a label "
         "hierarchy (needs --hierarchy) (default: triplet)",
     )
@@ -158,6 +169,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="output file: .npz (compact, the format oahu run reads) or .jsonl "
         "(JSON Lines, for interchange)",
     )
+    add_cross_modal_arguments(p)
     # None: "not given", so that a quadruplet stream, which has no --protocol, can refuse one
     # given (triplet and pair streams take the documented default, closure).
     p.set_defaults(func=run, protocol=None)
@@ -293,6 +305,10 @@ def _describe_noise(stream: ConstraintStream) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cross_modal:
+        return _run_cross_modal(args)
+    check_single_modality(args)
+    args.kind = args.kind or "triplet"
     stream = _build(args)
     if str(args.out).endswith(".jsonl"):
         write_jsonl(stream, args.out)
@@ -307,4 +323,14 @@ def run(args: argparse.Namespace) -> int:
         + _describe_hierarchy(stream)
         + _describe_noise(stream)
     )
+    return 0
+
+
+def _run_cross_modal(args: argparse.Namespace) -> int:
+    stream, views = build_cross_modal(args)
+    if str(args.out).endswith(".jsonl"):
+        write_cross_modal_jsonl(stream, args.out)
+    else:
+        stream.save(args.out)
+    print(describe_cross_modal(stream, views, args.out))
     return 0
