@@ -1,0 +1,184 @@
+"""Active cross-modal queries (CSLP's active sampling, Zhen and Zha, AAAI 2015, Section 4),
+through oahu's joint-entropy selector (docs/active-learning.md, A1-A6).
+
+A question names an anchor in one modality and two items of the other: *is the anchor more
+similar to ``first`` or to ``second``?* Candidates (A1, across modalities): anchors drawn from
+the development objects, each in modality A or B with probability 1/2, and each anchor's
+nearest development items of the *other* modality under the current model; the candidate
+questions are the pairs of those neighbours. Their margins under dropout-perturbed copies of the
+shared space (A2) give each candidate's uncertainty, and the batch is chosen by greedy joint
+entropy (A4-A6), exactly as for single-modality questions.
+
+A simulated annotator answers from the development labels: the option of the anchor's class;
+"neither" when both or none share it (the label is spent, nothing is learned). The loop starts
+from the first ``INITIAL`` constraints of the protocol stream (``INITIAL`` labels), then asks
+``batch`` questions per round until ``budget`` labels are spent. The baseline ("random") is the
+protocol stream's first ``budget`` constraints, one label each.
+
+The result is a stream of what was learned, in order: relearning it with the same seed gives
+the model the loop taught (the learner is deterministic).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from oahu.active import (
+    DROPOUT,
+    MIN_PERTURBATIONS,
+    SHORTLIST,
+    Candidates,
+    dropout_masks,
+    entropy_order,
+    joint_entropy_batch,
+    margins,
+)
+from oahu.checks import check_choice, check_int
+from oahu.learners.cross_modal.learner import CrossModalOAHU
+from oahu.streams.cross_modal import PAIR, TRIPLET, CrossModalStream
+
+__all__ = ["CROSS_MODAL_ORACLES", "INITIAL", "cross_modal_oracle", "cross_modal_questions"]
+
+CROSS_MODAL_ORACLES = ("active", "random")
+INITIAL = 500  # protocol constraints the annotator loop starts from
+_ANCHORS = 256
+_NEIGHBOURS = 8
+
+
+def cross_modal_questions(
+    points: tuple[np.ndarray, np.ndarray],
+    batch: int,
+    rng: np.random.Generator,
+    anchors: int = _ANCHORS,
+    neighbours: int = _NEIGHBOURS,
+) -> np.ndarray:
+    """``batch`` questions (anchor, first, second) as positions in the two pools stacked (A's
+    points, then B's), each anchor's options in the other pool, chosen by joint entropy.
+
+    >>> rng = np.random.default_rng(0)
+    >>> a, b = rng.normal(size=(30, 4)), rng.normal(size=(30, 4))
+    >>> q = cross_modal_questions((a, b), 5, rng, anchors=10, neighbours=4)
+    >>> q.shape, bool(((q[:, 0] < 30) == (q[:, 1] >= 30)).all())
+    ((5, 3), True)
+    """
+    pa, pb = (np.asarray(p, dtype=np.float32) for p in points)
+    stacked = np.concatenate([pa, pb])
+    n_a, n_b = len(pa), len(pb)
+    chosen = rng.choice(n_a + n_b, size=min(anchors, n_a + n_b), replace=False)
+    rows = []
+    for anchor in np.sort(chosen):
+        other, offset = (pb, n_a) if anchor < n_a else (pa, 0)
+        d = ((other - stacked[anchor]) ** 2).sum(1)
+        k = min(neighbours, len(other))
+        near = np.argsort(d, kind="stable")[:k] + offset
+        first, second = np.triu_indices(k, k=1)
+        rows.append(np.stack([np.full(len(first), anchor), near[first], near[second]], axis=1))
+    questions = np.concatenate(rows)
+    masks = dropout_masks(stacked.shape[1], max(MIN_PERTURBATIONS, batch + 1), rng, DROPOUT)
+    cands = Candidates(questions, margins(stacked, questions, masks))
+    picked, _ = joint_entropy_batch(cands.margins, entropy_order(cands), batch, SHORTLIST)
+    return questions[picked]
+
+
+def cross_modal_oracle(
+    stream: CrossModalStream,
+    oracle: str,
+    budget: int,
+    batch: int = 100,
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+) -> CrossModalStream:
+    """The stream of constraints an annotator loop teaches with ``budget`` labels (``oracle``
+    "active" or "random"); its ``meta["oracle"]`` holds ``labels_used`` and ``answered``."""
+    check_choice(oracle, "oracle", CROSS_MODAL_ORACLES)
+    check_int(budget, "budget")
+    check_int(batch, "batch")
+    if oracle == "random" or budget <= INITIAL:
+        n = min(budget, len(stream))
+        return _with(stream, np.arange(n), [], {"labels_used": n, "answered": n})
+    names = stream.modalities
+    model = CrossModalOAHU(dict(zip(names, stream.dims, strict=True)), seed=seed, **(params or {}))
+    dev = stream.dev_idx
+    for m, name in enumerate(names):
+        model.prepare(name, stream.X[m][dev])
+    for i in range(min(INITIAL, len(stream))):
+        _learn_row(
+            model,
+            stream,
+            stream.constraints[i],
+            stream.modality[i],
+            stream.kinds[i],
+            bool(stream.similar[i]),
+        )
+    rng = np.random.default_rng([seed, 0xAC7])
+    used, answered = min(INITIAL, len(stream)), []
+    n_dev = len(dev)
+    while used < budget:
+        k = min(batch, budget - used)
+        points = (model.embed(stream.X[0][dev], names[0]), model.embed(stream.X[1][dev], names[1]))
+        questions = cross_modal_questions(points, k, rng)
+        used += len(questions)
+        for anchor, first, second in questions:
+            objects = [dev[p % n_dev] for p in (anchor, first, second)]
+            mods = [int(p >= n_dev) for p in (anchor, first, second)]
+            same = [stream.y[objects[j]] == stream.y[objects[0]] for j in (1, 2)]
+            if same[0] == same[1]:
+                continue  # "neither": the label is spent, nothing is learned
+            if same[1]:
+                objects[1], objects[2] = objects[2], objects[1]
+                mods[1], mods[2] = mods[2], mods[1]
+            row = (np.array(objects), np.array(mods), TRIPLET, False)
+            _learn_row(model, stream, *row)
+            answered.append(row)
+        if not len(questions):
+            break
+    n_initial = min(INITIAL, len(stream))
+    return _with(
+        stream,
+        np.arange(n_initial),
+        answered,
+        {"labels_used": used, "answered": n_initial + len(answered)},
+    )
+
+
+def _learn_row(model, stream, objects, mods, kind, similar) -> None:
+    names = stream.modalities
+    if kind == PAIR:
+        model.learn_pair(
+            stream.X[mods[0]][objects[0]],
+            stream.X[mods[1]][objects[1]],
+            (names[mods[0]], names[mods[1]]),
+            similar,
+        )
+    else:
+        model.learn_triplet(
+            *(stream.X[mods[j]][objects[j]] for j in range(3)), tuple(names[m] for m in mods)
+        )
+
+
+def _with(
+    stream: CrossModalStream, rows: np.ndarray, answered: list, oracle: dict
+) -> CrossModalStream:
+    constraints = [stream.constraints[rows]]
+    modality = [stream.modality[rows]]
+    kinds = [stream.kinds[rows]]
+    similar = [stream.similar[rows]]
+    if answered:
+        constraints.append(np.stack([r[0] for r in answered]))
+        modality.append(np.stack([r[1] for r in answered]).astype(np.int8))
+        kinds.append(np.full(len(answered), TRIPLET, dtype=np.int8))
+        similar.append(np.zeros(len(answered), dtype=bool))
+    return CrossModalStream(
+        stream.modalities,
+        stream.X,
+        stream.y,
+        stream.dev_idx,
+        stream.test_idx,
+        np.concatenate(constraints),
+        np.concatenate(modality),
+        np.concatenate(kinds),
+        np.concatenate(similar),
+        {**stream.meta, "oracle": oracle},
+    )

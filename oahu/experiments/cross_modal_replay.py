@@ -1,0 +1,231 @@
+"""Replay a cross-modal stream through the cross-modal learner (or fit an offline reference on
+its development split), then evaluate cross-modal retrieval on its test split.
+
+What :func:`replay_cross_modal` reports (one dict, the keys of ``oahu replay --cross-modal
+--json``):
+
+* ``map_ab``, ``map_ba``: mAP@all of modality A's test items ranking B's, and B's ranking A's,
+  by the learned distance; ``hamming_map_ab``, ``hamming_map_ba`` the same by Hamming distance
+  of the binary codes at ``code_bits`` (the chosen length);
+* ``recall_ab``, ``recall_ba``: Recall@1 and @10;
+* ``link_auc``: ROC AUC of link prediction on 20,000 held-out cross-modal pairs, half linked;
+* ``error``: kNN error of A's test items classified by their 5 nearest development items of B;
+* ``constraints``, ``constraints_per_s``, ``train_seconds``, ``alpha``, ``code_weights``,
+  ``prequential_accuracy``, and with ``eval_every`` a ``curve`` of mAP against constraints.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from oahu.experiments.cross_modal_evaluation import (
+    link_auc,
+    mean_average_precision,
+    recall_at,
+    squared_distances,
+)
+from oahu.learners.cross_modal.cca import CanonicalReference, choose_components
+from oahu.learners.cross_modal.learner import CrossModalOAHU
+from oahu.streams.cross_modal import PAIR, CrossModalStream
+
+__all__ = [
+    "CROSS_MODAL_LEARNERS",
+    "evaluate_cross_modal",
+    "fit_reference",
+    "hamming_maps",
+    "replay_cross_modal",
+]
+
+#: What ``oahu replay --cross-modal --learner`` takes: the streaming learner and the offline
+#: references.
+CROSS_MODAL_LEARNERS = ("oahu", "cca", "pls")
+_KNN = 5
+REFERENCE_BITS = 64  # the CCA-sign codes' length
+_VALIDATION_QUERIES = 2000
+
+
+def evaluate_cross_modal(
+    stream: CrossModalStream,
+    embed: Callable[[np.ndarray, int], np.ndarray],
+    codes: Callable[[np.ndarray, int], np.ndarray] | None,
+    seed: int = 0,
+    max_queries: int | None = None,
+) -> dict[str, Any]:
+    """The cross-modal scores of a model given as ``embed(X, modality)`` (points whose squared
+    Euclidean distance is the model's distance) and ``codes(X, modality)`` (packed bits).
+
+    Every test item of one modality queries every test item of the other; with
+    ``max_queries``, a seeded sample of that many queries does (the galleries stay whole).
+    """
+    test, dev = stream.test_idx, stream.dev_idx
+    y = stream.y[test]
+    q = _queries(len(test), seed, max_queries)
+    ea, eb = (embed(stream.X[m][test], m) for m in (0, 1))
+    d_ab, d_ba = squared_distances(ea[q], eb), squared_distances(eb[q], ea)
+    out: dict[str, Any] = {
+        "map_ab": mean_average_precision(d_ab, y[q], y),
+        "map_ba": mean_average_precision(d_ba, y[q], y),
+        "recall_ab": recall_at(d_ab, y[q], y),
+        "recall_ba": recall_at(d_ba, y[q], y),
+        "link_auc": link_auc(ea, eb, y, seed=seed),
+    }
+    # Classification across modalities: A's queries among B's labelled development items.
+    gallery = embed(stream.X[1][dev], 1)
+    nearest = np.argsort(squared_distances(ea[q], gallery), axis=1, kind="stable")[:, :_KNN]
+    votes = stream.y[dev][nearest]
+    predicted = np.array([np.bincount(row).argmax() for row in votes])
+    out["error"] = float((predicted != y[q]).mean())
+    if codes is not None:
+        out["hamming_map_ab"], out["hamming_map_ba"] = hamming_maps(
+            stream, codes, seed, max_queries
+        )
+    return out
+
+
+def _queries(n: int, seed: int, max_queries: int | None) -> np.ndarray:
+    if max_queries is not None and max_queries < n:
+        return np.sort(np.random.default_rng([seed, 0x51]).choice(n, max_queries, False))
+    return np.arange(n)
+
+
+def hamming_maps(
+    stream: CrossModalStream,
+    codes: Callable[[np.ndarray, int], np.ndarray],
+    seed: int = 0,
+    max_queries: int | None = None,
+) -> tuple[float, float]:
+    """mAP@all A→B and B→A by Hamming ranking of ``codes(X, modality)`` over the test split."""
+    test = stream.test_idx
+    y = stream.y[test]
+    q = _queries(len(test), seed, max_queries)
+    ca, cb = (codes(stream.X[m][test], m) for m in (0, 1))
+    return (
+        mean_average_precision((ca[q], cb), y[q], y, seed),
+        mean_average_precision((cb[q], ca), y[q], y, seed),
+    )
+
+
+def fit_reference(stream: CrossModalStream, method: str, seed: int = 0) -> CanonicalReference:
+    """CCA or PLS on the development split's paired items, its number of components chosen on
+    a seeded half of the development objects by mean A→B / B→A mAP on the other half."""
+    dev = stream.dev_idx
+    xa, xb, y = stream.X[0][dev], stream.X[1][dev], stream.y[dev]
+
+    def score(ref: CanonicalReference, a: np.ndarray, b: np.ndarray, labels: np.ndarray) -> float:
+        # At most _VALIDATION_QUERIES queries each way: a choice among a few values of k needs
+        # no more, and a large development split would make each score a minute long.
+        q = _queries(len(labels), seed, _VALIDATION_QUERIES)
+        ea, eb = ref.embed(a, 0), ref.embed(b, 1)
+        return mean_average_precision(
+            squared_distances(ea[q], eb), labels[q], labels
+        ) + mean_average_precision(squared_distances(eb[q], ea), labels[q], labels)
+
+    k = choose_components(xa, xb, y, score, method=method, seed=seed)
+    bits = min(REFERENCE_BITS, xa.shape[1], xb.shape[1]) // 8 * 8
+    return CanonicalReference(k, method, code_bits=bits).fit(xa, xb)
+
+
+def replay_cross_modal(
+    stream: CrossModalStream,
+    learner: str = "oahu",
+    seed: int = 0,
+    params: dict[str, Any] | None = None,
+    eval_every: Sequence[int] = (),
+    progress: Callable[[int], None] | None = None,
+    max_queries: int | None = None,
+) -> dict[str, Any]:
+    """Learn ``stream`` with ``learner`` (one of :data:`CROSS_MODAL_LEARNERS`) and evaluate.
+
+    ``params`` go to :class:`CrossModalOAHU`; ``eval_every`` lists constraint counts at which
+    the test mAP is also taken (the ``curve``); ``progress(n)`` is called every 1,000
+    constraints; ``max_queries`` as in :func:`evaluate_cross_modal`.
+    """
+    if learner not in CROSS_MODAL_LEARNERS:
+        raise ValueError(
+            f"learner: one of {CROSS_MODAL_LEARNERS} with --cross-modal, got {learner!r}"
+        )
+    report: dict[str, Any] = {
+        "learner": learner,
+        "modalities": list(stream.modalities),
+        "seed": seed,
+        "constraints": len(stream),
+    }
+    if learner != "oahu":
+        start = time.perf_counter()
+        ref = fit_reference(stream, learner, seed)
+        report["train_seconds"] = time.perf_counter() - start
+        report.update(evaluate_cross_modal(stream, ref.embed, ref.codes, seed, max_queries))
+        report["constraints"] = 0  # offline: fitted on paired items, no constraint used
+        report["n_components"] = ref.n_components
+        report["code_bits"] = ref.code_bits
+        return report
+    names = stream.modalities
+    model = CrossModalOAHU(dict(zip(names, stream.dims, strict=True)), seed=seed, **(params or {}))
+    for m, name in enumerate(names):
+        model.prepare(name, stream.X[m][stream.dev_idx])
+
+    def embed(x: np.ndarray, m: int) -> np.ndarray:
+        return model.embed(x, names[m])
+
+    def codes(x: np.ndarray, m: int) -> np.ndarray:
+        return model.codes(x, names[m])
+
+    checkpoints = sorted({int(n) for n in eval_every if 0 < int(n) <= len(stream)})
+    curve, elapsed = [], 0.0
+    start = time.perf_counter()
+    for i in range(len(stream)):
+        objects, mods = stream.constraints[i], stream.modality[i]
+        if stream.kinds[i] == PAIR:
+            model.learn_pair(
+                stream.X[mods[0]][objects[0]],
+                stream.X[mods[1]][objects[1]],
+                (names[mods[0]], names[mods[1]]),
+                bool(stream.similar[i]),
+            )
+        else:
+            model.learn_triplet(
+                *(stream.X[mods[j]][objects[j]] for j in range(3)),
+                tuple(names[m] for m in mods),
+            )
+        done = i + 1
+        if progress is not None and done % 1000 == 0:
+            progress(done)
+        if checkpoints and done == checkpoints[0]:
+            checkpoints.pop(0)
+            elapsed += time.perf_counter() - start
+            scores = evaluate_cross_modal(stream, embed, codes, seed, max_queries)
+            curve.append(
+                {
+                    "constraints": done,
+                    **{k: scores[k] for k in ("map_ab", "map_ba")},
+                    "hamming_map_ab": scores["hamming_map_ab"],
+                    "hamming_map_ba": scores["hamming_map_ba"],
+                    "code_bits": model.chosen_bits,
+                }
+            )
+            start = time.perf_counter()
+    elapsed += time.perf_counter() - start
+    report["train_seconds"] = elapsed
+    report["constraints_per_s"] = len(stream) / elapsed if elapsed else 0.0
+    report.update(evaluate_cross_modal(stream, embed, codes, seed, max_queries))
+    report["code_bits"] = model.chosen_bits
+    # Every length's Hamming mAP, so that a reference's codes can be met at equal length.
+    report["hamming_by_bits"] = {
+        str(bits): hamming_maps(
+            stream, lambda x, m, b=bits: model.codes(x, names[m], b), seed, max_queries
+        )
+        for bits in model.binary_codes.lengths
+    }
+    report["code_weights"] = dict(
+        zip(map(str, model.binary_codes.lengths), model.binary_codes.weights.tolist(), strict=True)
+    )
+    report["alpha"] = model.alpha.tolist()
+    report["prequential_accuracy"] = model.prequential_accuracy
+    report["utilization"] = model.constraints_used / max(model.constraints_seen, 1)
+    if eval_every:
+        report["curve"] = curve
+    return report

@@ -1,0 +1,369 @@
+"""Cross-modal OAHU (ours, after CSLP): one OAHU tower per modality into one shared space.
+
+Each modality (a name, e.g. ``"pix"`` and ``"fou"``) has its own input dimension, its own
+preprocessing and its own tower, an OAHU :class:`~oahu.learners.oahu.network.MultiDepthNetwork`
+(one embedding head per depth, residual heads); all towers embed into one space of
+``embedding_dim`` dimensions, so items of different modalities are compared directly. One hedge
+α over depths (Eq. 20 of the OAHU paper, driven by prequential mistakes as in oahu's default
+learner) weighs depth l's distance D(l)(u, v) = ‖f(l)_{m(u)}(u) − f(l)_{m(v)}(v)‖², whatever
+the modalities of u and v: the combined distance is Σ_l α(l) D(l).
+
+It learns, one constraint at a time (strict mode), from the constraint kinds of CSLP (Zhen and
+Zha, AAAI 2015, Section 3): a pair "u and v are linked" (or not) and a preference "the anchor is
+closer to the positive than to the negative", with items of any modalities; a cross-modal pair
+has one item in each. The per-depth losses (docs/cross-modal.md, Eq. CM1-CM2) are the margin
+triplet loss of oahu's default learner and a pair loss with the threshold b = 1 (60° between
+unit embeddings), averaged over depths; their gradients with respect to the embeddings are
+written out and handed to each tower's own step (Eq. 21-22 of the OAHU paper). Each update also
+replays ``replay`` constraints from a reservoir of past ones, as the default learner does.
+
+Every embedding also has binary codes (:mod:`oahu.learners.cross_modal.codes`) of several
+lengths, learned beside the metric, with the length chosen by a hedge over lengths.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from oahu.learners.cross_modal.codes import BinaryCodes
+from oahu.learners.oahu.config import OAHUConfig
+from oahu.learners.oahu.hedge import hedge_update
+from oahu.learners.oahu.network import MultiDepthNetwork
+from oahu.preprocessing import InputScaler
+from oahu.threads import blas_threads
+
+__all__ = ["PAIR_THRESHOLD", "CrossModalOAHU", "constraint_gradients"]
+
+#: Squared distance between unit embeddings below which a pair counts as linked (60°).
+PAIR_THRESHOLD = 1.0
+_MEMORY_SEED = 0x4D4D
+# A constraint as the learner holds it: preprocessed items, their modalities, a pair's flag.
+_Held = tuple[tuple[np.ndarray, ...], tuple[int, ...], bool | None]
+
+
+def constraint_gradients(
+    f: list[np.ndarray], similar: bool | None, margin: float, alpha: np.ndarray
+) -> tuple[tuple[np.ndarray, ...], np.ndarray, np.ndarray, float]:
+    """The mean over depths of one constraint's per-depth losses (docs/cross-modal.md, Eq.
+    CM1-CM2), differentiated with respect to its items' embeddings.
+
+    ``f`` holds each item's embeddings (n_depths, E) in role order (anchor, positive, negative;
+    or the pair's two items); ``similar`` is the pair's flag (None for a triplet). Returns each
+    item's gradient, the depths whose loss is positive, the depths that rank the constraint
+    wrongly, and whether the combined distance Σ α(l) D(l) ranks it wrongly (1.0) or not.
+
+    >>> f = [np.array([[1.0, 0.0]]), np.array([[0.0, 1.0]]), np.array([[1.0, 0.0]])]
+    >>> parts, active, wrong, combined = constraint_gradients(f, None, 0.1, np.ones(1))
+    >>> [p.tolist() for p in parts], active.tolist(), wrong.tolist(), combined
+    ([[[2.0, -2.0]], [[-2.0, 2.0]], [[0.0, 0.0]]], [True], [True], 1.0)
+    """
+    n_depths = len(f[0])
+    if similar is None:
+        d_pos = ((f[0] - f[1]) ** 2).sum(-1)
+        d_neg = ((f[0] - f[2]) ** 2).sum(-1)
+        active = d_pos - d_neg + margin > 0
+        wrong = d_pos >= d_neg
+        g = active[:, None] * (2.0 / n_depths)
+        # ∂/∂a (‖a − p‖² − ‖a − n‖²) = 2(n − p); ∂/∂p = 2(p − a); ∂/∂n = 2(a − n).
+        parts = (g * (f[2] - f[1]), g * (f[1] - f[0]), g * (f[0] - f[2]))
+        return parts, active, wrong, float(alpha @ d_pos >= alpha @ d_neg)
+    d = ((f[0] - f[1]) ** 2).sum(-1)
+    sign = 1.0 if similar else -1.0
+    active = sign * (d - PAIR_THRESHOLD) + margin > 0
+    wrong = (d > PAIR_THRESHOLD) if similar else (d <= PAIR_THRESHOLD)
+    g = active[:, None] * (2.0 * sign / n_depths)
+    parts = (g * (f[0] - f[1]), g * (f[1] - f[0]))
+    return parts, active, wrong, float((float(alpha @ d) > PAIR_THRESHOLD) == bool(similar))
+
+
+class CrossModalOAHU:
+    """OAHU with one tower per modality, binary codes and a hedge over code lengths.
+
+    Parameters
+    ----------
+    n_features : input dimension of each modality, by name, e.g. ``{"pix": 240, "fou": 76}``
+        (the first named is modality A).
+    embedding_dim : dimension of the shared space.
+    n_hidden_layers, hidden_width : each tower's MLP (L hidden layers, L + 1 depths).
+    learning_rate : η of the towers' SGD steps, decaying as η · max(1 / √(1 + t / lr_decay),
+        lr_floor) after t constraints.
+    margin : of the triplet and pair losses.
+    beta, smoothing : the hedge over depths (Eq. 20; α floor s / (L + 1)).
+    replay, replay_memory : past constraints relearned per update, from a reservoir this large.
+    code_bits : the binary code lengths the hedge chooses among.
+    preprocess : each modality's input preprocessing (:mod:`oahu.preprocessing`), fitted by
+        :meth:`prepare` on that modality's unlabelled items.
+    seed : seeds the towers, the codes and the replay draws.
+
+    >>> rng = np.random.default_rng(0)
+    >>> model = CrossModalOAHU({"img": 6, "txt": 4}, embedding_dim=4, hidden_width=8)
+    >>> model.prepare("img", rng.normal(size=(50, 6)))
+    >>> model.prepare("txt", rng.normal(size=(50, 4)))
+    >>> changed = model.learn_pair(rng.normal(size=6), rng.normal(size=4), ("img", "txt"), True)
+    >>> model.embed(rng.normal(size=(3, 4)), "txt").shape  # 3 depths of 4, side by side
+    (3, 12)
+    >>> model.codes(rng.normal(size=(3, 6)), "img", bits=32).shape
+    (3, 4)
+    """
+
+    name = "oahu-cross-modal"
+
+    def __init__(
+        self,
+        n_features: dict[str, int],
+        embedding_dim: int = 64,
+        n_hidden_layers: int = 2,
+        hidden_width: int = 128,
+        learning_rate: float = 0.05,
+        lr_decay: float = 10_000.0,
+        lr_floor: float = 0.5,
+        margin: float = 0.1,
+        beta: float = 0.99,
+        smoothing: float = 0.1,
+        replay: int = 1,
+        replay_memory: int = 2000,
+        code_bits: Sequence[int] = (16, 32, 64, 128),
+        preprocess: str = "standardize+pca:64+unit",
+        seed: int = 0,
+    ) -> None:
+        if not isinstance(n_features, dict) or len(n_features) < 2:
+            raise ValueError(
+                f"n_features: a dimension for each of two or more modalities by name, got "
+                f"{n_features!r}"
+            )
+        for modality, dim in n_features.items():
+            if not isinstance(modality, str) or not modality:
+                raise ValueError(f"n_features: a modality is named by a string, got {modality!r}")
+            if not isinstance(dim, int | np.integer) or dim < 1:
+                raise ValueError(f"n_features[{modality!r}]: a positive integer, got {dim!r}")
+        self.n_features = {m: int(d) for m, d in n_features.items()}
+        self.modalities = tuple(self.n_features)
+        self.embedding_dim = int(embedding_dim)
+        self.n_hidden_layers = int(n_hidden_layers)
+        self.hidden_width = int(hidden_width)
+        self.learning_rate = float(learning_rate)
+        self.lr_decay = float(lr_decay)
+        self.lr_floor = float(lr_floor)
+        self.margin = float(margin)
+        self.beta = float(beta)
+        self.smoothing = float(smoothing)
+        self.replay = int(replay)
+        self.replay_memory = int(replay_memory)
+        self.code_bits = tuple(int(c) for c in code_bits)
+        self.preprocess = preprocess
+        self.seed = int(seed)
+        self.scalers = {m: InputScaler(preprocess, d) for m, d in self.n_features.items()}
+        self.towers = {
+            m: MultiDepthNetwork(
+                self.scalers[m].n_outputs,
+                OAHUConfig(
+                    n_hidden_layers=self.n_hidden_layers,
+                    hidden_width=self.hidden_width,
+                    embedding_dim=self.embedding_dim,
+                    # Towers of different inputs share no axes: an identity start would pair
+                    # input coordinates at random, a random orthogonal one at least spreads them.
+                    head0_init="random",
+                    preprocess="none",
+                    seed=self.seed + k,
+                ),
+            )
+            for k, m in enumerate(self.modalities)
+        }
+        n_depths = self.n_hidden_layers + 1
+        self.alpha = np.full(n_depths, 1.0 / n_depths)
+        self.binary_codes = BinaryCodes(
+            n_depths * self.embedding_dim, self.code_bits, margin=self.margin, seed=self.seed
+        )
+        self._rng = np.random.default_rng([self.seed, _MEMORY_SEED])
+        # The reservoir: preprocessed items of past constraints, with their modalities.
+        self._memory: list[_Held] = []
+        self.constraints_seen = 0
+        self.constraints_used = 0
+        self.mistakes = 0.0  # prequential mistakes of the combined metric
+        self.depth_mistakes = np.zeros(n_depths)
+
+    # ------------------------------------------------------------------ inputs
+    def _modality_index(self, modality: str) -> int:
+        if modality not in self.n_features:
+            raise ValueError(f"modality: one of {self.modalities}, got {modality!r}")
+        return self.modalities.index(modality)
+
+    def _features(self, x: Any, modality: str, field: str = "x") -> np.ndarray:
+        self._modality_index(modality)
+        arr = np.asarray(x, dtype=np.float32)
+        if arr.ndim == 1:
+            arr = arr[None, :]
+        dim = self.n_features[modality]
+        if arr.ndim != 2 or arr.shape[1] != dim:
+            raise ValueError(
+                f"{field}: expected shape (n, {dim}) for modality {modality!r}, got {np.shape(x)}"
+            )
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{field}: non-finite values in items of modality {modality!r}")
+        return arr
+
+    def prepare(self, modality: str, x: Any) -> None:
+        """Fit ``modality``'s preprocessing on its unlabelled items, once, before learning."""
+        features = self._features(x, modality)
+        self.scalers[modality].fit(features)
+
+    @property
+    def needs_prepare(self) -> bool:
+        return any(s.needs_fit for s in self.scalers.values())
+
+    def _check_prepared(self) -> None:
+        missing = [m for m, s in self.scalers.items() if s.needs_fit]
+        if missing:
+            raise ValueError(f"prepare: call prepare(modality, X) first for {missing}")
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def n_depths(self) -> int:
+        return self.n_hidden_layers + 1
+
+    @property
+    def chosen_bits(self) -> int:
+        """The code length the hedge over lengths currently chooses."""
+        return self.binary_codes.chosen_bits
+
+    def embed(self, x: Any, modality: str) -> np.ndarray:
+        """Items of ``modality`` as points of the shared space, (n, n_depths · embedding_dim):
+        depth l's embedding scaled by √α(l), so that squared Euclidean distance between any two
+        points, of any modalities, is the combined distance Σ_l α(l) D(l)."""
+        features = self._features(x, modality)  # names a bad modality before any lookup
+        self._check_prepared()
+        items = self.scalers[modality].transform(features)
+        with blas_threads(1):
+            f = self.towers[modality].embed(items)  # (n_depths, n, E)
+        weights = np.sqrt(self.alpha).astype(np.float32)
+        return np.ascontiguousarray((f * weights[:, None, None]).transpose(1, 0, 2)).reshape(
+            len(items), -1
+        )
+
+    def codes(self, x: Any, modality: str, bits: int | None = None) -> np.ndarray:
+        """Packed binary codes (n, bits / 8) of items of ``modality`` (the chosen length by
+        default)."""
+        return self.binary_codes.encode(self.embed(x, modality), bits)
+
+    # ------------------------------------------------------------------ learning
+    def _step_size(self) -> float:
+        decay = 1.0
+        if self.lr_decay:
+            decay = max(1.0 / math.sqrt(1.0 + self.constraints_seen / self.lr_decay), self.lr_floor)
+        return self.learning_rate * decay
+
+    def learn_pair(self, u: Any, v: Any, modalities: tuple[str, str], similar: bool) -> bool:
+        """Learn "u and v are linked" (``similar``) or not; return whether the model changed."""
+        self._check_prepared()
+        mods = tuple(self._modality_index(m) for m in modalities)
+        if len(mods) != 2:
+            raise ValueError(f"modalities: one per item of a pair, got {modalities!r}")
+        items = (
+            self.scalers[modalities[0]].transform(self._features(u, modalities[0], "u"))[0],
+            self.scalers[modalities[1]].transform(self._features(v, modalities[1], "v"))[0],
+        )
+        return self._learn(items, mods, bool(similar))
+
+    def learn_triplet(
+        self, anchor: Any, positive: Any, negative: Any, modalities: tuple[str, str, str]
+    ) -> bool:
+        """Learn "anchor is closer to positive than to negative"; return whether the model
+        changed."""
+        self._check_prepared()
+        mods = tuple(self._modality_index(m) for m in modalities)
+        if len(mods) != 3:
+            raise ValueError(f"modalities: one per item of a triplet, got {modalities!r}")
+        items = tuple(
+            self.scalers[m].transform(self._features(x, m, role))[0]
+            for x, m, role in zip(
+                (anchor, positive, negative),
+                modalities,
+                ("anchor", "positive", "negative"),
+                strict=True,
+            )
+        )
+        return self._learn(items, mods, None)
+
+    def _learn(
+        self, items: tuple[np.ndarray, ...], mods: tuple[int, ...], similar: bool | None
+    ) -> bool:
+        batch = [(items, mods, similar)]
+        if self._memory and self.replay:
+            picks = self._rng.choice(len(self._memory), min(self.replay, len(self._memory)), False)
+            batch += [self._memory[i] for i in picks]
+        with blas_threads(1):
+            changed = self._update(batch)
+        self._remember(batch[0])
+        self.constraints_seen += 1
+        self.constraints_used += int(changed)
+        return changed
+
+    def _remember(self, constraint: tuple) -> None:
+        # Reservoir sampling: every constraint seen has the same chance to be held.
+        if len(self._memory) < self.replay_memory:
+            self._memory.append(constraint)
+            return
+        j = int(self._rng.integers(self.constraints_seen + 1))
+        if j < self.replay_memory:
+            self._memory[j] = constraint
+
+    def _update(
+        self, batch: list[tuple[tuple[np.ndarray, ...], tuple[int, ...], bool | None]]
+    ) -> bool:
+        """One SGD step on the new constraint (the batch's first) and its replayed ones."""
+        # Rows of each tower: every item of its modality in the batch, in order.
+        rows: list[list[np.ndarray]] = [[] for _ in self.modalities]
+        where: list[list[tuple[int, int]]] = []
+        for items, mods, _ in batch:
+            places = []
+            for x, m in zip(items, mods, strict=True):
+                places.append((m, len(rows[m])))
+                rows[m].append(x)
+            where.append(places)
+        caches = {
+            m: self.towers[name].forward(np.stack(rows[m]))
+            for m, name in enumerate(self.modalities)
+            if rows[m]
+        }
+        grads = {m: np.zeros_like(c.embeddings) for m, c in caches.items()}
+        alpha = self.alpha
+        changed = False
+        for i, ((_, _, similar), places) in enumerate(zip(batch, where, strict=True)):
+            f = [caches[m].embeddings[:, r] for m, r in places]  # each (n_depths, E)
+            parts, active, wrong, combined_wrong = constraint_gradients(
+                f, similar, self.margin, alpha
+            )
+            for (m, r), part in zip(places, parts, strict=True):
+                grads[m][:, r] += part
+            if i == 0:  # prequential: the new constraint, ranked before it is learned
+                changed = bool(active.any())
+                self.mistakes += combined_wrong
+                self.depth_mistakes += wrong
+                self.alpha = hedge_update(
+                    alpha, wrong.astype(np.float64), self.beta, self.smoothing
+                )
+                self._observe_codes(batch[0], caches, places)
+        lr = self._step_size()
+        for m, cache in caches.items():
+            if grads[m].any():
+                self.towers[self.modalities[m]].step(cache, grads[m].astype(np.float32), lr)
+        return changed
+
+    def _observe_codes(self, constraint: tuple, caches: dict, places: list) -> None:
+        weights = np.sqrt(self.alpha).astype(np.float32)
+        z = np.stack(
+            [(caches[m].embeddings[:, r] * weights[:, None]).reshape(-1) for m, r in places]
+        )
+        similar = constraint[2]
+        self.binary_codes.observe(z, similar)
+        self.binary_codes.learn(z, similar, self._step_size() / self.learning_rate)
+
+    # ------------------------------------------------------------------ report
+    @property
+    def prequential_accuracy(self) -> float:
+        """Share of constraints the combined metric ranked rightly before learning them."""
+        return 1.0 - self.mistakes / self.constraints_seen if self.constraints_seen else 0.0
