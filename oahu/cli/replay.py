@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 from oahu.checks import check_int, check_number
+from oahu.cli.cross_modal_options import add_cross_modal_arguments, check_single_modality
+from oahu.cli.replay_cross_modal import REFERENCES, run_cross_modal
 from oahu.cli.stream_arguments import add_stream_arguments
 from oahu.drift import COMBINED
 from oahu.experiments.active_loop import INITIAL, ORACLES, ActiveStats, active_learning
@@ -63,6 +65,9 @@ examples:
   oahu replay --dataset fashion-mnist --learner oahu --batch-size 256 --device auto
   oahu replay --stream stream.npz --learner oasis --set C=0.1
   oahu replay --dataset fashion-mnist --oracle active --budget 5000 --batch 100 --json
+  oahu replay --dataset mfeat --cross-modal --constraints 20000 --seed 0 --json
+  oahu replay --dataset mfeat --cross-modal --learner cca --json
+  oahu replay --dataset fashion-mnist --cross-modal --max-queries 2000
 """
 
 
@@ -84,9 +89,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--learner",
-        choices=LEARNER_NAMES,
+        choices=(*LEARNER_NAMES, *REFERENCES),
         default="oahu",
-        help="the learner to train (default: oahu)",
+        help="the learner to train (default: oahu); with --cross-modal oahu (the cross-modal "
+        "learner) or an offline reference fitted on the development split's paired items: cca "
+        "or pls",
     )
     p.add_argument(
         "--preset",
@@ -189,7 +196,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --oracle active or uncertainty: the annotator names the wrong option in a "
         "seeded share RHO of its answers (default: 0)",
     )
-    p.set_defaults(func=run)
+    add_cross_modal_arguments(p)
+    # None: "not given", so that --cross-modal, whose constraints are all drawn, can refuse one.
+    p.set_defaults(func=run, protocol=None)
 
 
 def learner_params(args: argparse.Namespace) -> dict[str, Any]:
@@ -233,13 +242,18 @@ def load_or_build_stream(args: argparse.Namespace, kind: str) -> ConstraintStrea
         args.constraints,
         args.seed,
         kind,
-        args.protocol,
+        args.protocol or "closure",
         split=args.split,
         label_column=args.label_column,
     )
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cross_modal:
+        return run_cross_modal(args)
+    check_single_modality(args)
+    if args.learner in REFERENCES:
+        raise ValueError(f"--learner {args.learner}: an offline reference for --cross-modal only")
     if args.show_params:
         learner = make_learner(args.learner, n_features=2, **learner_params(args))
         for key, value in learner.get_params().items():
@@ -358,7 +372,7 @@ def active_options(args: argparse.Namespace) -> dict[str, Any] | None:
         "batch": batch,
         "noise": noise,
         "initial": INITIAL,
-        "protocol": args.protocol,
+        "protocol": args.protocol or "closure",
     }
 
 
