@@ -6,10 +6,16 @@ D(a, b) < D(c, d). Its items are either all referenced by id (resolved later aga
 ``ItemStore``) or all carried inline as float32 vectors; the wire formats are described in
 ``connectors/MESSAGES.md``. Decoding a kind is the codecs' business; learning it is the learner's,
 and a service whose learner does not learn a kind dead-letters it as ``unsupported_kind``.
+
+Each item may also name its modality (``"pix"`` for images, ``"fou"`` for texts: cross-modal
+constraints, Zhen and Zha, AAAI 2015); ``modalities`` None means every item is in
+``DEFAULT_MODALITY``. A service that learns one modality dead-letters constraints with items in
+any other as ``unsupported_modality`` rather than learning them as if they were one modality.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,15 +24,21 @@ from oahu.constraint_kinds import CONSTRAINT_KINDS, ROLES, ConstraintKind
 
 __all__ = [
     "CONSTRAINT_KINDS",
+    "DEFAULT_MODALITY",
     "INT64_MAX",
     "INT64_MIN",
+    "MAX_MODALITY_LENGTH",
     "MISSING_LABEL",
+    "MODALITY_RULE",
     "REASONS",
     "ROLES",
     "Constraint",
     "ConstraintBatch",
     "ConstraintKind",
     "DecodeError",
+    "check_modalities",
+    "modality_problem",
+    "split_modality",
 ]
 
 #: The range of the int64 ids and labels carry on the wire and in batches.
@@ -42,7 +54,51 @@ REASONS = (
     "bad_dimension",  # empty, ragged or wrong-sized feature vectors
     "non_finite",  # NaN or infinity in a feature vector
     "unknown_item",  # an item id the item store does not hold
+    "bad_modality",  # an item modality that is not a valid name, or given for some items only
 )
+
+#: The modality of every item of a constraint that names none (``modalities`` None), and the one
+#: modality a single-modality service learns: the one place this name is defined.
+DEFAULT_MODALITY = "default"
+#: The longest modality name, in characters (ASCII, so also in bytes on the wire).
+MAX_MODALITY_LENGTH = 64
+#: What a modality name is, in words for error messages.
+MODALITY_RULE = f"1 to {MAX_MODALITY_LENGTH} letters, digits, '_', '-' or '.'"
+_MODALITY_NAME = re.compile(rf"[A-Za-z0-9_.\-]{{1,{MAX_MODALITY_LENGTH}}}", re.ASCII)
+
+
+def modality_problem(name: object) -> str | None:
+    """Why ``name`` is not a modality name, or None when it is one.
+
+    >>> modality_problem("pix") is None, modality_problem("pi x")
+    (True, "expected 1 to 64 letters, digits, '_', '-' or '.', got 'pi x'")
+    """
+    if isinstance(name, str) and _MODALITY_NAME.fullmatch(name):
+        return None
+    try:
+        text = repr(name)
+    except (RecursionError, ValueError):  # a value nested about as deeply as JSON allows
+        text = f"a {type(name).__name__}"
+    return f"expected {MODALITY_RULE}, got {text if len(text) <= 80 else text[:77] + '...'}"
+
+
+def check_modalities(modalities: object, n_items: int, field: str = "modalities") -> None:
+    """``ValueError`` naming ``field`` unless ``modalities`` is one modality name per item.
+
+    >>> check_modalities(("pix", "fou", "fou"), 3)
+    >>> check_modalities(("pix", ""), 2)
+    Traceback (most recent call last):
+    ValueError: modalities[1]: expected 1 to 64 letters, digits, '_', '-' or '.', got ''
+    """
+    names = None if isinstance(modalities, str | bytes) else modalities
+    if not isinstance(names, tuple | list | np.ndarray):
+        raise ValueError(f"{field}: expected one modality name per item, got {modalities!r}")
+    if len(names) != n_items:
+        raise ValueError(f"{field}: expected {n_items} entries, got {len(names)}")
+    for i, name in enumerate(names):
+        problem = modality_problem(name)
+        if problem is not None:
+            raise ValueError(f"{field}[{i}]: {problem}")
 
 
 class DecodeError(ValueError):
@@ -73,7 +129,8 @@ class Constraint:
 
     Exactly one of ``ids`` (one str id per item) and ``x`` (float32, shape (n_items, dim)) is
     set. ``labels`` holds one optional int per item; ``similar`` is set for pairs only; ``ts``
-    is seconds since the Unix epoch.
+    is seconds since the Unix epoch. ``modalities`` holds one modality name per item (see
+    ``modality_problem``); None means every item is in ``DEFAULT_MODALITY``.
 
     >>> c = Constraint("triplet", ids=("17", "3", "8"))
     >>> c.roles, c.n_items, c.by_id
@@ -82,6 +139,8 @@ class Constraint:
     4
     >>> Constraint("quadruplet", ids=("1", "2", "3", "4")).roles
     ('a', 'b', 'c', 'd')
+    >>> Constraint("pair", ids=("1", "2"), similar=True, modalities=("pix", "fou")).modalities
+    ('pix', 'fou')
     """
 
     kind: str
@@ -90,6 +149,7 @@ class Constraint:
     labels: tuple[int | None, ...] | None = None
     similar: bool | None = None
     ts: float | None = None
+    modalities: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ROLES:
@@ -105,6 +165,9 @@ class Constraint:
             raise ValueError(f"labels: expected {k} entries, got {len(self.labels)}")
         if (self.kind == "pair") != (self.similar is not None):
             raise ValueError("similar: required for pairs and only for pairs")
+        if self.modalities is not None:
+            check_modalities(self.modalities, k)
+            object.__setattr__(self, "modalities", tuple(self.modalities))
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -123,6 +186,11 @@ class Constraint:
         """Feature dimension of inline items (None when items are referenced by id)."""
         return None if self.x is None else int(self.x.shape[1])
 
+    @property
+    def item_modalities(self) -> tuple[str, ...]:
+        """Each item's modality, ``DEFAULT_MODALITY`` for a constraint that names none."""
+        return self.modalities or (DEFAULT_MODALITY,) * self.n_items
+
 
 @dataclass(frozen=True, eq=False)
 class ConstraintBatch:
@@ -132,7 +200,9 @@ class ConstraintBatch:
     matched back. ``ids`` has shape (n, n_items) — int64 from the binary format, str from JSON —
     or ``x`` has shape (n, n_items, dim) float32; n_items is 3 for triplets, 2 for pairs and 4
     for quadruplets, items in the order of ``ROLES[kind]``. ``labels`` is int64 (n, n_items) with
-    ``MISSING_LABEL`` for absent labels; ``similar`` (n,) bool for pairs; ``ts`` (n,) float64.
+    ``MISSING_LABEL`` for absent labels; ``similar`` (n,) bool for pairs; ``ts`` (n,) float64;
+    ``modalities`` a numpy str array (n, n_items) of modality names, or None when every item is in
+    ``DEFAULT_MODALITY`` (a str array keeps ``batch.modalities == name`` one vectorised step).
 
     >>> b = ConstraintBatch("pair", index=np.arange(2), ids=np.array([[1, 2], [3, 4]]),
     ...                     similar=np.array([True, False]))
@@ -147,6 +217,7 @@ class ConstraintBatch:
     labels: np.ndarray | None = None
     similar: np.ndarray | None = None
     ts: np.ndarray | None = None
+    modalities: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -169,6 +240,7 @@ class ConstraintBatch:
             pick(self.labels),
             pick(self.similar),
             pick(self.ts),
+            pick(self.modalities),
         )
 
     def row(self, i: int) -> Constraint:
@@ -183,4 +255,29 @@ class ConstraintBatch:
             labels=labels,
             similar=None if self.similar is None else bool(self.similar[i]),
             ts=None if self.ts is None else float(self.ts[i]),
+            modalities=None if self.modalities is None else tuple(map(str, self.modalities[i])),
         )
+
+
+def split_modality(
+    batch: ConstraintBatch, modality: str = DEFAULT_MODALITY
+) -> tuple[ConstraintBatch | None, list[tuple[int, tuple[str, ...]]]]:
+    """The rows of ``batch`` whose items are all in ``modality`` (None if there are none), and
+    (input index, the row's modalities) for every other row, in order.
+
+    >>> b = ConstraintBatch("pair", index=np.array([7, 8]), ids=np.array([[1, 2], [3, 4]]),
+    ...                     similar=np.array([True, False]),
+    ...                     modalities=np.array([["default", "default"], ["pix", "fou"]]))
+    >>> kept, others = split_modality(b)
+    >>> kept.index.tolist(), others
+    ([7], [(8, ('pix', 'fou'))])
+    """
+    if batch.modalities is None:
+        inside = np.full(len(batch), modality == DEFAULT_MODALITY)
+        names = np.full((len(batch), batch.n_items), DEFAULT_MODALITY)
+    else:
+        inside, names = (batch.modalities == modality).all(axis=1), batch.modalities
+    others = [(int(batch.index[r]), tuple(map(str, names[r]))) for r in np.flatnonzero(~inside)]
+    if inside.all():
+        return batch, others
+    return (batch.take(inside) if inside.any() else None), others
