@@ -1,4 +1,4 @@
-"""The JSON constraint encoding (format version 1; schema in ``MESSAGES.md``).
+"""The JSON constraint encoding (format versions 1 and 2; schema in ``MESSAGES.md``).
 
 The interchange format: readable, easy to produce from any language, and the one the HTTP API
 and JSON Lines stream files speak. Items are keyed by their role (``ROLES[kind]``), each an
@@ -13,6 +13,17 @@ object with either ``"id"`` or ``"x"``::
 
 A kind is added within version 1 (the quadruplet was): a reader that predates it refuses such a
 message as ``bad_kind`` rather than misreading it, and reads every other message as before.
+
+Version 2 adds one item key, ``"modality"`` (every item or none), for cross-modal constraints::
+
+    {"v": 2, "kind": "pair", "left": {"id": "17", "modality": "pix"},
+     "right": {"id": "4", "modality": "fou"}, "similar": true}
+
+A version-1 reader ignores item keys it does not know, so it would learn that pair as one within
+a single modality; written as ``"v": 2`` it refuses it as ``unknown_version`` instead. A
+constraint without modalities is written as version 1, byte for byte as before; this reader
+reads both versions, and refuses a ``"modality"`` in a version-1 message as ``bad_modality``
+(the writer meant something its version-1 readers would drop).
 """
 
 from __future__ import annotations
@@ -23,9 +34,19 @@ from typing import Any
 
 import numpy as np
 
-from oahu.connectors.constraint import INT64_MAX, MISSING_LABEL, ROLES, Constraint, DecodeError
+from oahu.connectors.constraint import (
+    INT64_MAX,
+    MISSING_LABEL,
+    ROLES,
+    Constraint,
+    DecodeError,
+    modality_problem,
+)
 
 VERSION = 1
+#: The version of messages whose items carry a modality (version 1 plus the item key).
+MODALITY_VERSION = 2
+VERSIONS = (VERSION, MODALITY_VERSION)
 # What a bad_kind error says was expected: every kind this reader knows, named as on the wire.
 _KINDS_EXPECTED = ", ".join(repr(kind) for kind in ROLES)
 
@@ -37,12 +58,19 @@ def encode_json(c: Constraint) -> bytes:
     b'{"v":1,"kind":"pair","left":{"id":"1"},"right":{"id":"2"},"similar":true}'
     >>> encode_json(Constraint("quadruplet", ids=("1", "2", "1", "3")))
     b'{"v":1,"kind":"quadruplet","a":{"id":"1"},"b":{"id":"2"},"c":{"id":"1"},"d":{"id":"3"}}'
+    >>> c = Constraint("pair", ids=("1", "2"), similar=True, modalities=("pix", "fou"))
+    >>> msg = json.loads(encode_json(c))
+    >>> msg["v"], msg["left"], msg["right"]
+    (2, {'id': '1', 'modality': 'pix'}, {'id': '2', 'modality': 'fou'})
     """
-    msg: dict[str, Any] = {"v": VERSION, "kind": c.kind}
+    version = VERSION if c.modalities is None else MODALITY_VERSION
+    msg: dict[str, Any] = {"v": version, "kind": c.kind}
     for i, role in enumerate(c.roles):
         item: dict[str, Any] = {"id": c.ids[i]} if c.ids is not None else {"x": _vector(c, i)}
         if c.labels is not None and c.labels[i] is not None:
             item["label"] = int(c.labels[i])  # type: ignore[arg-type]
+        if c.modalities is not None:
+            item["modality"] = c.modalities[i]
         msg[role] = item
     if c.similar is not None:
         msg["similar"] = bool(c.similar)
@@ -133,8 +161,8 @@ def decode_json(buf: bytes) -> Constraint:
     """
     msg = _parse_object(buf)
     version = msg.get("v")
-    if not _is_int(version) or version != VERSION:
-        raise DecodeError("unknown_version", f"v={version!r}, expected {VERSION}")
+    if not _is_int(version) or version not in VERSIONS:
+        raise DecodeError("unknown_version", f"v={version!r}, expected 1 or 2")
     kind = msg.get("kind")
     if not isinstance(kind, str) or kind not in ROLES:
         raise DecodeError("bad_kind", f"kind={kind!r}, expected one of {_KINDS_EXPECTED}")
@@ -162,6 +190,7 @@ def decode_json(buf: bytes) -> Constraint:
         raise DecodeError(
             "undecodable", f"labels must be integers in ({MISSING_LABEL}, 2**63): {labels}"
         )
+    modalities = _parse_modalities(items, roles, version)  # type: ignore[arg-type]
     similar = msg.get("similar") if kind == "pair" else None
     if kind == "pair" and not isinstance(similar, bool):
         raise DecodeError("undecodable", f"similar={similar!r}, expected true or false")
@@ -175,4 +204,39 @@ def decode_json(buf: bytes) -> Constraint:
         labels=None if all(v is None for v in labels) else labels,
         similar=similar,
         ts=None if ts is None else float(ts),
+        modalities=modalities,
     )
+
+
+def _parse_modalities(
+    items: list[dict[str, Any]], roles: tuple[str, ...], version: int
+) -> tuple[str, ...] | None:
+    """The items' modalities: None when no item names one; ``DecodeError("bad_modality")`` for
+    a modality in a version-1 message, on some items only, or that is not a modality name.
+
+    >>> try:
+    ...     _parse_modalities([{"modality": "pix"}, {"id": "4"}], ("left", "right"), 2)
+    ... except DecodeError as e:
+    ...     print(e.reason, "|", e.detail)
+    bad_modality | modality on left but not on right: every item names its modality or none does
+    """
+    given = ["modality" in item for item in items]
+    if not any(given):
+        return None
+    if version == VERSION:
+        raise DecodeError(
+            "bad_modality",
+            'item modality in a "v": 1 message (a version-1 reader would ignore it): write "v": 2',
+        )
+    if not all(given):
+        on = ", ".join(r for r, g in zip(roles, given, strict=True) if g)
+        off = ", ".join(r for r, g in zip(roles, given, strict=True) if not g)
+        raise DecodeError(
+            "bad_modality",
+            f"modality on {on} but not on {off}: every item names its modality or none does",
+        )
+    for role, item in zip(roles, items, strict=True):
+        problem = modality_problem(item["modality"])
+        if problem is not None:
+            raise DecodeError("bad_modality", f"{role}.modality: {problem}")
+    return tuple(item["modality"] for item in items)

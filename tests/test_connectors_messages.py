@@ -181,8 +181,8 @@ BAD_MESSAGES = {
         b'{"v":1,"kind":"pair","left":{"id":"1"},"right":{"id":"2"},"similar":true,"ts":"x"}',
     ],
     "unknown_version": [
-        header(version=2) + IDS3,
-        b'{"v":2,"kind":"pair","left":{"id":"1"},"right":{"id":"2"},"similar":true}',
+        header(version=3) + IDS3,  # version 2 is the modality version
+        b'{"v":3,"kind":"pair","left":{"id":"1"},"right":{"id":"2"},"similar":true}',
         b'{"kind":"pair","left":{"id":"1"},"right":{"id":"2"},"similar":true}',
         b'{"v":true,"kind":"pair","left":{"id":"1"},"right":{"id":"2"},"similar":true}',
     ],

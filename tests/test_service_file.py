@@ -78,7 +78,7 @@ def test_bad_lines_of_a_message_file_go_to_the_dead_letter_file(tmp_path: Path):
     stream = ConstraintStream.load(stream_file)
     good = encode_stream(stream_file, "json", inline=True)  # one message per line
     bad = {
-        5: b'{"v":2,"kind":"triplet"}',
+        5: b'{"v":3,"kind":"triplet"}',
         17: b"not a message",
         30: b'{"v":1,"kind":"pair","left":{"x":[1]},"right":{"x":[2]},"similar":true}',
         41: b'{"v":1,"kind":"triplet","anchor":{"id":"a"},"positive":{"id":"b"},'
