@@ -30,6 +30,7 @@ from oahu.connectors.binary_codec import (
     parse_header,
 )
 from oahu.connectors.constraint import (
+    DEFAULT_MODALITY,
     MISSING_LABEL,
     REASONS,
     Constraint,
@@ -40,6 +41,7 @@ from oahu.connectors.json_codec import decode_json, encode_json
 from oahu.streams.stream_file import load_stream
 
 __all__ = [
+    "DEFAULT_MODALITY",
     "MISSING_LABEL",
     "REASONS",
     "Constraint",
@@ -112,7 +114,8 @@ def decode_batch(values: Sequence[bytes]) -> DecodedBatch:
 
 
 def _json_layout(c: Constraint) -> Hashable:
-    return ("json", c.kind, c.by_id, c.dim, c.labels is not None, c.ts is not None)
+    layout = (c.kind, c.by_id, c.dim, c.labels is not None, c.ts is not None)
+    return ("json", *layout, c.modalities is not None)
 
 
 def _decode_runs(values: list[bytes]) -> DecodedBatch:
@@ -195,6 +198,9 @@ def _stack(constraints: list[Constraint], index: np.ndarray) -> ConstraintBatch:
         labels=labels,
         similar=np.array([c.similar for c in constraints]) if first.kind == "pair" else None,
         ts=ts,
+        modalities=None
+        if first.modalities is None
+        else np.array([c.modalities for c in constraints], dtype=str),
     )
 
 
@@ -204,10 +210,12 @@ def encode_constraints(
     x: np.ndarray | None = None,
     similar: np.ndarray | None = None,
     fmt: str = "binary",
+    modalities: np.ndarray | None = None,
 ) -> list[bytes]:
     """One message per row, in order: items by (integer) ``ids`` (n, n_items) or inline ``x``
     (n, n_items, dim), n_items 3, 2 or 4 for a triplet, pair or quadruplet; ``similar`` (n,)
-    for pairs; ``fmt`` "binary" or "json".
+    for pairs; ``fmt`` "binary" or "json"; ``modalities`` (n, n_items) modality names, which
+    make the messages version 2 (None: version 1, every item in the default modality).
 
     >>> encode_constraints("pair", ids=np.array([[4, 2]]), similar=np.array([True]), fmt="json")
     [b'{"v":1,"kind":"pair","left":{"id":"4"},"right":{"id":"2"},"similar":true}']
@@ -217,7 +225,11 @@ def encode_constraints(
     if fmt not in ("binary", "json"):
         raise ValueError(f"fmt: 'binary' or 'json', got {fmt!r}")
     n = len(ids if ids is not None else x)  # type: ignore[arg-type]
-    batch = ConstraintBatch(kind, np.arange(n), ids=ids, x=x, similar=similar)
+    if modalities is not None:
+        modalities = np.asarray(modalities)
+    batch = ConstraintBatch(
+        kind, np.arange(n), ids=ids, x=x, similar=similar, modalities=modalities
+    )
     if fmt == "binary":
         return encode_binary_batch(batch)
     return [encode_json(batch.row(i)) for i in range(n)]
