@@ -34,6 +34,9 @@ _MAX_DETAIL = 1000  # characters of ``detail`` kept in a header
 
 #: A valid constraint of a kind the learner cannot learn (a pair for a learner of triplets).
 UNSUPPORTED_KIND = "unsupported_kind"
+#: A valid constraint with items in a modality other than the one the learner learns
+#: (``DEFAULT_MODALITY``): a cross-modal constraint given to a single-modality service.
+UNSUPPORTED_MODALITY = "unsupported_modality"
 #: A record whose learning raised when it was learned by itself (an error the decoder and the
 #: resolver let through); ``detail`` carries the error.
 LEARN_ERROR = "learn_error"
@@ -42,9 +45,17 @@ CRASH_LOOP = "crash_loop"
 #: A person's answer to a question whose answer the model consumed already (the same answer
 #: appended twice, or two answers to one question): only the first counts.
 DUPLICATE_ANSWER = "duplicate_answer"
-#: Every reason a record is dead-lettered for: the decoder's, a learner's refusal of its kind,
-#: the learn loop's own two for records that break the learner, and a repeated answer.
-DEAD_LETTER_REASONS = (*REASONS, UNSUPPORTED_KIND, LEARN_ERROR, CRASH_LOOP, DUPLICATE_ANSWER)
+#: Every reason a record is dead-lettered for: the decoder's, a learner's refusal of its kind
+#: or of its items' modalities, the learn loop's own two for records that break the learner, and
+#: a repeated answer.
+DEAD_LETTER_REASONS = (
+    *REASONS,
+    UNSUPPORTED_KIND,
+    UNSUPPORTED_MODALITY,
+    LEARN_ERROR,
+    CRASH_LOOP,
+    DUPLICATE_ANSWER,
+)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from oahu.connectors.constraint import DEFAULT_MODALITY, split_modality
 from oahu.connectors.messages import decode_batch
 from oahu.learner import Learner
 from oahu.persistence import learner_from_bytes, learner_to_bytes
@@ -163,9 +164,13 @@ def learned_offsets(rounds: Iterable[Round]) -> list[tuple[int, int]]:
 
 def learn_values(learner: Learner, values: list[bytes], items: ItemStore) -> None:
     """Learn one member's records of one round as the learn loop does: decoded in bulk, items
-    resolved by id, each run of one kind learned in one call."""
+    resolved by id, each run of one kind learned in one call (constraints with items of another
+    modality than the default are the loop's dead letters: not learned)."""
     decoded = decode_batch(values)
-    for batch in decoded.batches:
+    for decoded_batch in decoded.batches:
+        batch, _ = split_modality(decoded_batch, DEFAULT_MODALITY)
+        if batch is None:
+            continue
         resolved, _ = resolve_batch(batch, items, dim=learner.n_features)
         if resolved is not None and learner.capabilities.learns(resolved.kind):
             learner.learn(resolved.kind, resolved.x, resolved.similar)
