@@ -516,3 +516,16 @@ def test_the_codecs_name_their_versions():
     assert (binary_codec.VERSION, binary_codec.MODALITY_VERSION, FLAG_MODALITY) == (1, 2, 0x08)
     assert HEADER.size == 16
     assert struct.unpack_from("<B", encode_binary(CROSS_TRIPLET), 2) == (2,)
+
+
+def test_the_documented_version_2_examples_are_what_the_encoders_write():
+    text = (REPO / "connectors" / "MESSAGES.md").read_text()
+    section = text.split("## Modalities (version 2)", 1)[1].split("\n## ", 1)[0]
+    example = section.split("```\n", 2)[1]
+    assert encode_json(decode(example.encode())) == encode_json(CROSS_TRIPLET)
+    assert "is 72 bytes" in section and len(encode_binary(CROSS_TRIPLET)) == 72
+    dump = text.split("in version 2:\n\n```\n", 1)[1].split("```", 1)[0]
+    documented = bytes.fromhex(" ".join(line.split("    ")[0] for line in dump.splitlines()))
+    pair = Constraint("pair", ids=("17", "4"), similar=True, ts=2.5, modalities=("pix", "fou"))
+    assert encode_binary(pair) == documented
+    same(decode(documented), pair)
