@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from oahu.learner import Learner
-from oahu.registry import learner_class
+from oahu.registry import CROSS_MODAL_NAMES, cross_modal_class, learner_class
 from oahu.streams.atomic import atomic_open
 
 log = logging.getLogger(__name__)
@@ -48,8 +48,12 @@ FORMAT_VERSION = 1  # of the payload's blob
 def learner_from_state(state: dict[str, Any], device: str | None = None) -> Learner:
     """A new learner holding ``state`` (``Learner.get_state``), built from its parameters.
 
-    ``device`` replaces the device the learner was saved with, for learners that have one.
+    ``device`` replaces the device the learner was saved with, for learners that have one. A
+    cross-modal model (:data:`oahu.registry.CROSS_MODAL_NAMES`) is rebuilt by its class's
+    ``from_state``.
     """
+    if state.get("learner") in CROSS_MODAL_NAMES:
+        return cross_modal_class(state["learner"]).from_state(state)
     cls = learner_class(state["learner"])
     params = cls.migrate_params(state["params"])
     if device is not None and "device" in params:

@@ -20,6 +20,12 @@ _LEARNERS: dict[str, str] = {
 }
 
 LEARNER_NAMES: tuple[str, ...] = tuple(_LEARNERS)
+# Models of items in several modalities: not ``Learner``s (their items carry a modality), saved
+# and loaded in the same checkpoint format.
+_CROSS_MODAL: dict[str, str] = {
+    "oahu-cross-modal": "oahu.learners.cross_modal.learner:CrossModalOAHU",
+}
+CROSS_MODAL_NAMES: tuple[str, ...] = tuple(_CROSS_MODAL)
 
 
 def learner_class(name: str) -> type[Learner]:
@@ -29,6 +35,19 @@ def learner_class(name: str) -> type[Learner]:
     except KeyError:
         raise ValueError(
             f"learner: unknown name {name!r}; choose one of {', '.join(LEARNER_NAMES)}"
+        ) from None
+    module, attr = target.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def cross_modal_class(name: str) -> type:
+    """The cross-modal model class registered under ``name``."""
+    try:
+        target = _CROSS_MODAL[name]
+    except KeyError:
+        raise ValueError(
+            f"learner: unknown cross-modal model {name!r}; choose one of "
+            f"{', '.join(CROSS_MODAL_NAMES)}"
         ) from None
     module, attr = target.split(":")
     return getattr(importlib.import_module(module), attr)

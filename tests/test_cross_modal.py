@@ -318,3 +318,44 @@ def test_replay_refuses_what_cross_modal_does_not_take(args, message):
     done = _replay("--dataset", "mfeat", "--constraints", "10", *args)
     assert done.returncode != 0
     assert message in done.stderr
+
+
+# ---------------------------------------------------------------------- checkpoints
+def test_a_saved_model_loads_and_goes_on_learning_as_the_original(tmp_path):
+    from oahu.persistence import LearnerFileError, load_learner, save_learner
+
+    rng = np.random.default_rng(8)
+
+    def triplets(n):
+        return [(rng.normal(size=6), rng.normal(size=3), rng.normal(size=3)) for _ in range(n)]
+
+    model = _toy_model(seed=2)
+    for a, p, n in triplets(30):
+        model.learn_triplet(a, p, n, ("img", "txt", "txt"))
+    save_learner(model, tmp_path / "model.oahu")
+    copy, _ = load_learner(tmp_path / "model.oahu")
+    assert type(copy) is CrossModalOAHU and copy.get_params() == model.get_params()
+    probe = rng.normal(size=(4, 3))
+    assert copy.embed(probe, "txt") == pytest.approx(model.embed(probe, "txt"), abs=0)
+    assert (copy.codes(probe, "txt", 32) == model.codes(probe, "txt", 32)).all()
+    for a, p, n in triplets(30):  # the reservoir and its random draws came along
+        model.learn_triplet(a, p, n, ("img", "txt", "txt"))
+        copy.learn_triplet(a, p, n, ("img", "txt", "txt"))
+    assert copy.embed(probe, "txt") == pytest.approx(model.embed(probe, "txt"), abs=1e-6)
+    assert copy.constraints_seen == model.constraints_seen == 60
+    data = bytearray((tmp_path / "model.oahu").read_bytes())
+    data[-10] ^= 0xFF
+    (tmp_path / "bad.oahu").write_bytes(bytes(data))
+    with pytest.raises(LearnerFileError):
+        load_learner(tmp_path / "bad.oahu")
+
+
+def test_a_queries_only_copy_embeds_but_refuses_to_learn():
+    from oahu.persistence import learner_from_bytes, learner_to_bytes
+
+    model = _toy_model()
+    copy, _ = learner_from_bytes(learner_to_bytes(model, queries_only=True))
+    x = np.ones((2, 6))
+    assert copy.embed(x, "img") == pytest.approx(model.embed(x, "img"), abs=0)
+    with pytest.raises(ValueError, match="queries only"):
+        copy.learn_pair(np.zeros(6), np.zeros(3), ("img", "txt"), True)

@@ -25,7 +25,6 @@ _REFUSED = {
     "device": "the cross-modal learner runs on the CPU",
     "batch_size": "the cross-modal learner learns one constraint at a time",
     "self_paced": "not for the cross-modal learner",
-    "save_model": "a cross-modal model has no service checkpoint yet",
     "oracle_noise": "the cross-modal annotator answers from the labels",
 }
 
@@ -66,6 +65,8 @@ def run_cross_modal(args: argparse.Namespace) -> int:
         )
     elif args.budget is not None or args.batch is not None:
         raise ValueError("--budget, --batch: only with --oracle (an annotator loop)")
+    if args.save_model and args.learner != "oahu":
+        raise ValueError(f"--save-model: saves the streaming learner, not {args.learner}")
     report = replay_cross_modal(
         stream,
         args.learner,
@@ -73,6 +74,7 @@ def run_cross_modal(args: argparse.Namespace) -> int:
         params=params,
         max_queries=args.max_queries,
         progress=None if args.no_progress or args.json else _progress(len(stream)),
+        save_to=args.save_model,
     )
     report["dataset"] = stream.meta.get("dataset")
     if args.oracle is not None:

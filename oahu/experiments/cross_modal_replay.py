@@ -16,6 +16,7 @@ What :func:`replay_cross_modal` reports (one dict, the keys of ``oahu replay --c
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +31,7 @@ from oahu.experiments.cross_modal_evaluation import (
 )
 from oahu.learners.cross_modal.cca import CanonicalReference, choose_components
 from oahu.learners.cross_modal.learner import CrossModalOAHU
+from oahu.persistence import save_learner
 from oahu.streams.cross_modal import PAIR, CrossModalStream
 
 __all__ = [
@@ -137,12 +139,14 @@ def replay_cross_modal(
     eval_every: Sequence[int] = (),
     progress: Callable[[int], None] | None = None,
     max_queries: int | None = None,
+    save_to: str | None = None,
 ) -> dict[str, Any]:
     """Learn ``stream`` with ``learner`` (one of :data:`CROSS_MODAL_LEARNERS`) and evaluate.
 
     ``params`` go to :class:`CrossModalOAHU`; ``eval_every`` lists constraint counts at which
     the test mAP is also taken (the ``curve``); ``progress(n)`` is called every 1,000
-    constraints; ``max_queries`` as in :func:`evaluate_cross_modal`.
+    constraints; ``max_queries`` as in :func:`evaluate_cross_modal`; ``save_to``: a path to
+    save the learned model to (:func:`oahu.persistence.save_learner`'s checked format).
     """
     if learner not in CROSS_MODAL_LEARNERS:
         raise ValueError(
@@ -209,6 +213,8 @@ def replay_cross_modal(
             )
             start = time.perf_counter()
     elapsed += time.perf_counter() - start
+    if save_to is not None:
+        save_learner(model, save_to, {"stream_meta": json.dumps(stream.meta)})
     report["train_seconds"] = elapsed
     report["constraints_per_s"] = len(stream) / elapsed if elapsed else 0.0
     report.update(evaluate_cross_modal(stream, embed, codes, seed, max_queries))

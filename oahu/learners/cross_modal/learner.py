@@ -23,11 +23,13 @@ lengths, learned beside the metric, with the length chosen by a hedge over lengt
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from oahu.learners.cross_modal.codes import BinaryCodes
 from oahu.learners.oahu.config import OAHUConfig
@@ -185,6 +187,7 @@ class CrossModalOAHU:
         self.constraints_used = 0
         self.mistakes = 0.0  # prequential mistakes of the combined metric
         self.depth_mistakes = np.zeros(n_depths)
+        self.queries_only = False  # rebuilt from get_state(queries_only=True): cannot learn
 
     # ------------------------------------------------------------------ inputs
     def _modality_index(self, modality: str) -> int:
@@ -291,6 +294,11 @@ class CrossModalOAHU:
     def _learn(
         self, items: tuple[np.ndarray, ...], mods: tuple[int, ...], similar: bool | None
     ) -> bool:
+        if self.queries_only:
+            raise ValueError(
+                f"{self.name!r} was rebuilt for queries only, without its replay reservoir: it "
+                "cannot learn"
+            )
         batch = [(items, mods, similar)]
         if self._memory and self.replay:
             picks = self._rng.choice(len(self._memory), min(self.replay, len(self._memory)), False)
@@ -361,6 +369,98 @@ class CrossModalOAHU:
         similar = constraint[2]
         self.binary_codes.observe(z, similar)
         self.binary_codes.learn(z, similar, self._step_size() / self.learning_rate)
+
+    # ------------------------------------------------------------------ state
+    def get_params(self) -> dict[str, Any]:
+        """The constructor's parameters but ``n_features``, as given."""
+        names = list(inspect.signature(type(self).__init__).parameters)[2:]
+        return {name: getattr(self, name) for name in names}
+
+    def get_state(self, queries_only: bool = False) -> dict[str, Any]:
+        """Everything the model is, as plain containers and tensors (what
+        :mod:`oahu.persistence` saves). ``queries_only``: without the replay reservoir and the
+        random state, enough to embed and code items but not to go on learning exactly."""
+        params = self.get_params()
+        params["code_bits"] = list(params["code_bits"])
+        state: dict[str, Any] = {
+            "learner": self.name,
+            "n_features": dict(self.n_features),
+            "params": params,
+            "scalers": {m: s.get_state() for m, s in self.scalers.items()},
+            "towers": {m: t.state_dict() for m, t in self.towers.items()},
+            "alpha": torch.from_numpy(self.alpha.copy()),
+            "codes": {
+                k: torch.from_numpy(np.asarray(v)) if k != "lengths" else v
+                for k, v in self.binary_codes.get_state().items()
+                if k != "projections"
+            }
+            | {"projections": [torch.from_numpy(p.copy()) for p in self.binary_codes.projections]},
+            "counters": {
+                "constraints_seen": self.constraints_seen,
+                "constraints_used": self.constraints_used,
+                "mistakes": float(self.mistakes),
+            },
+            "depth_mistakes": torch.from_numpy(self.depth_mistakes.copy()),
+            "queries_only": queries_only,
+        }
+        if not queries_only:
+            state["memory"] = [
+                {
+                    "items": [torch.from_numpy(np.array(x)) for x in items],
+                    "modalities": list(mods),
+                    "similar": similar,
+                }
+                for items, mods, similar in self._memory
+            ]
+            state["rng"] = self._rng.bit_generator.state
+        return state
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> CrossModalOAHU:
+        """A model holding ``state`` (:meth:`get_state`), built from its parameters."""
+        if state.get("learner") != cls.name:
+            raise ValueError(
+                f"learner: a {cls.name!r} state expected, got {state.get('learner')!r}"
+            )
+        model = cls(state["n_features"], **state["params"])
+        model.set_state(state)
+        return model
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        if dict(state["n_features"]) != self.n_features:
+            raise ValueError(
+                f"n_features: the state has {state['n_features']}, this model {self.n_features}"
+            )
+        for m, scaler in self.scalers.items():
+            scaler.set_state(state["scalers"][m])
+        for m, tower in self.towers.items():
+            tower.load_state_dict(state["towers"][m])
+        self.alpha = state["alpha"].numpy().astype(np.float64).copy()
+        codes = state["codes"]
+        self.binary_codes.set_state(
+            {
+                "lengths": list(codes["lengths"]),
+                "projections": [p.numpy() for p in codes["projections"]],
+                "log_weights": codes["log_weights"].numpy(),
+                "mistakes": codes["mistakes"].numpy(),
+            }
+        )
+        counters = state["counters"]
+        self.constraints_seen = int(counters["constraints_seen"])
+        self.constraints_used = int(counters["constraints_used"])
+        self.mistakes = float(counters["mistakes"])
+        self.depth_mistakes = state["depth_mistakes"].numpy().astype(np.float64).copy()
+        self.queries_only = bool(state.get("queries_only", False))
+        self._memory = [
+            (
+                tuple(x.numpy().astype(np.float32) for x in held["items"]),
+                tuple(int(m) for m in held["modalities"]),
+                held["similar"],
+            )
+            for held in state.get("memory", [])
+        ]
+        if "rng" in state:
+            self._rng.bit_generator.state = state["rng"]
 
     # ------------------------------------------------------------------ report
     @property
