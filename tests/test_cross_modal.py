@@ -237,9 +237,16 @@ def test_active_questions_are_cross_modal_and_spend_the_budget():
     from oahu.streams.views import load_views
 
     stream = build_cross_modal_stream(load_views("mfeat"), 1000, seed=3)
-    taught = cross_modal_oracle(stream, "active", budget=800, batch=100, seed=3)
+    pairs = cross_modal_oracle(stream, "active", budget=800, batch=100, seed=3)
+    # Pair questions are always answered: one constraint per label.
+    assert len(pairs) == pairs.meta["oracle"]["answered"] == 800
+    assert (pairs.kinds[500:] == 0).all()
+    assert (pairs.modality[500:, 0] != pairs.modality[500:, 1]).all()
+    linked = pairs.y[pairs.constraints[500:, 0]] == pairs.y[pairs.constraints[500:, 1]]
+    assert (pairs.similar[500:] == linked).all()
+    taught = cross_modal_oracle(stream, "active", budget=800, batch=100, seed=3, kinds="triplets")
     assert taught.meta["oracle"]["labels_used"] == 800
-    assert len(taught) == taught.meta["oracle"]["answered"]
+    assert len(taught) == taught.meta["oracle"]["answered"] < 800
     asked = taught.constraints[500:]
     assert len(asked) > 0 and (taught.kinds[500:] == 1).all()
     # An answered question: anchor in one modality, both options in the other, the positive
@@ -255,10 +262,14 @@ def test_active_questions_are_cross_modal_and_spend_the_budget():
 def test_cross_modal_questions_pair_an_anchor_with_items_of_the_other_pool():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(40, 3)), rng.normal(size=(30, 3))
-    q = cross_modal_questions((a, b), 10, rng, anchors=20, neighbours=4)
+    q = cross_modal_questions((a, b), 10, rng, anchors=20, neighbours=4, kinds="triplets")
     assert len(q) == 10
     in_a = q < 40
     assert (in_a[:, 0] != in_a[:, 1]).all() and (in_a[:, 1] == in_a[:, 2]).all()
+    pairs = cross_modal_questions((a, b), 10, rng, anchors=20, neighbours=4)
+    assert (pairs[:, 2] == -1).all() and ((pairs[:, 0] < 40) != (pairs[:, 1] < 40)).all()
+    both = cross_modal_questions((a, b), 30, rng, anchors=20, neighbours=4, kinds="both")
+    assert len(both) == 30 and (both[:, 2] == -1).any() and (both[:, 2] >= 0).any()
 
 
 def _replay(*args: str) -> subprocess.CompletedProcess:

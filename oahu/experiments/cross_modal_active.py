@@ -36,15 +36,24 @@ from oahu.active import (
     margins,
 )
 from oahu.checks import check_choice, check_int
-from oahu.learners.cross_modal.learner import CrossModalOAHU
+from oahu.learners.cross_modal.learner import PAIR_THRESHOLD, CrossModalOAHU
 from oahu.streams.cross_modal import PAIR, TRIPLET, CrossModalStream
 
-__all__ = ["CROSS_MODAL_ORACLES", "INITIAL", "cross_modal_oracle", "cross_modal_questions"]
+__all__ = [
+    "CROSS_MODAL_ORACLES",
+    "INITIAL",
+    "QUESTION_KINDS",
+    "cross_modal_oracle",
+    "cross_modal_questions",
+]
 
 CROSS_MODAL_ORACLES = ("active", "random")
+QUESTION_KINDS = ("pairs", "triplets", "both")
 INITIAL = 500  # protocol constraints the annotator loop starts from
-_ANCHORS = 256
-_NEIGHBOURS = 8
+# Chosen on development seeds 100 and 101 of mfeat (docs/cross-modal.md): a wide neighbourhood
+# puts the confusable items of other classes among the candidates.
+_ANCHORS = 64
+_NEIGHBOURS = 128
 
 
 def cross_modal_questions(
@@ -53,16 +62,25 @@ def cross_modal_questions(
     rng: np.random.Generator,
     anchors: int = _ANCHORS,
     neighbours: int = _NEIGHBOURS,
+    kinds: str = "pairs",
 ) -> np.ndarray:
-    """``batch`` questions (anchor, first, second) as positions in the two pools stacked (A's
-    points, then B's), each anchor's options in the other pool, chosen by joint entropy.
+    """``batch`` questions as positions in the two pools stacked (A's points, then B's), each
+    anchor's options in the other pool, chosen by joint entropy: (anchor, other, -1) asks
+    whether the two are linked, (anchor, first, second) which of the two is closer.
+
+    ``kinds``: ``"pairs"``, ``"triplets"`` or ``"both"`` (the candidates of both kinds compete).
+    A pair question's margin under perturbation s is ξ_s = b − D_s(anchor, other), with b the
+    learner's pair threshold (positive: the model says linked).
 
     >>> rng = np.random.default_rng(0)
     >>> a, b = rng.normal(size=(30, 4)), rng.normal(size=(30, 4))
-    >>> q = cross_modal_questions((a, b), 5, rng, anchors=10, neighbours=4)
+    >>> q = cross_modal_questions((a, b), 5, rng, anchors=10, neighbours=4, kinds="triplets")
     >>> q.shape, bool(((q[:, 0] < 30) == (q[:, 1] >= 30)).all())
     ((5, 3), True)
+    >>> cross_modal_questions((a, b), 5, rng, anchors=10, neighbours=4)[:, 2].tolist()
+    [-1, -1, -1, -1, -1]
     """
+    check_choice(kinds, "kinds", QUESTION_KINDS)
     pa, pb = (np.asarray(p, dtype=np.float32) for p in points)
     stacked = np.concatenate([pa, pb])
     n_a, n_b = len(pa), len(pb)
@@ -73,13 +91,27 @@ def cross_modal_questions(
         d = ((other - stacked[anchor]) ** 2).sum(1)
         k = min(neighbours, len(other))
         near = np.argsort(d, kind="stable")[:k] + offset
-        first, second = np.triu_indices(k, k=1)
-        rows.append(np.stack([np.full(len(first), anchor), near[first], near[second]], axis=1))
+        if kinds != "triplets":
+            rows.append(np.stack([np.full(k, anchor), near, np.full(k, -1)], axis=1))
+        if kinds != "pairs":
+            first, second = np.triu_indices(k, k=1)
+            rows.append(np.stack([np.full(len(first), anchor), near[first], near[second]], axis=1))
     questions = np.concatenate(rows)
     masks = dropout_masks(stacked.shape[1], max(MIN_PERTURBATIONS, batch + 1), rng, DROPOUT)
-    cands = Candidates(questions, margins(stacked, questions, masks))
+    cands = Candidates(questions, _margins(stacked, questions, masks))
     picked, _ = joint_entropy_batch(cands.margins, entropy_order(cands), batch, SHORTLIST)
     return questions[picked]
+
+
+def _margins(points: np.ndarray, questions: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    out = np.empty((len(questions), len(masks)))
+    pairs = questions[:, 2] < 0
+    if (~pairs).any():
+        out[~pairs] = margins(points, questions[~pairs], masks)
+    if pairs.any():
+        a, j = points[questions[pairs, 0]], points[questions[pairs, 1]]
+        out[pairs] = PAIR_THRESHOLD - np.square(a - j) @ masks.T.astype(np.float32)
+    return out
 
 
 def cross_modal_oracle(
@@ -89,9 +121,11 @@ def cross_modal_oracle(
     batch: int = 100,
     seed: int = 0,
     params: dict[str, Any] | None = None,
+    kinds: str = "pairs",
 ) -> CrossModalStream:
     """The stream of constraints an annotator loop teaches with ``budget`` labels (``oracle``
-    "active" or "random"); its ``meta["oracle"]`` holds ``labels_used`` and ``answered``."""
+    "active" or "random"; ``kinds`` of questions as in :func:`cross_modal_questions`); its
+    ``meta["oracle"]`` holds ``labels_used`` and ``answered``."""
     check_choice(oracle, "oracle", CROSS_MODAL_ORACLES)
     check_int(budget, "budget")
     check_int(batch, "batch")
@@ -118,9 +152,17 @@ def cross_modal_oracle(
     while used < budget:
         k = min(batch, budget - used)
         points = (model.embed(stream.X[0][dev], names[0]), model.embed(stream.X[1][dev], names[1]))
-        questions = cross_modal_questions(points, k, rng)
+        questions = cross_modal_questions(points, k, rng, kinds=kinds)
         used += len(questions)
         for anchor, first, second in questions:
+            if second < 0:  # "are these two linked?": always answered
+                objects = [dev[p % n_dev] for p in (anchor, first)] + [-1]
+                mods = [int(p >= n_dev) for p in (anchor, first)] + [-1]
+                linked = bool(stream.y[objects[0]] == stream.y[objects[1]])
+                row = (np.array(objects), np.array(mods), PAIR, linked)
+                _learn_row(model, stream, *row)
+                answered.append(row)
+                continue
             objects = [dev[p % n_dev] for p in (anchor, first, second)]
             mods = [int(p >= n_dev) for p in (anchor, first, second)]
             same = [stream.y[objects[j]] == stream.y[objects[0]] for j in (1, 2)]
@@ -168,8 +210,8 @@ def _with(
     if answered:
         constraints.append(np.stack([r[0] for r in answered]))
         modality.append(np.stack([r[1] for r in answered]).astype(np.int8))
-        kinds.append(np.full(len(answered), TRIPLET, dtype=np.int8))
-        similar.append(np.zeros(len(answered), dtype=bool))
+        kinds.append(np.array([r[2] for r in answered], dtype=np.int8))
+        similar.append(np.array([r[3] for r in answered], dtype=bool))
     return CrossModalStream(
         stream.modalities,
         stream.X,

@@ -138,14 +138,24 @@ class BinaryCodes:
         edges = np.cumsum((0, *self.lengths))
         return [slice(int(a), int(b)) for a, b in itertools.pairwise(edges)]
 
-    def observe(self, z: np.ndarray, similar: bool | None) -> np.ndarray:
+    def update(self, z: np.ndarray, similar: bool | None, lr_scale: float = 1.0) -> np.ndarray:
+        """:meth:`observe` then :meth:`learn` one constraint, projecting it once."""
+        pre = z @ self._stacked.T
+        mistakes = self.observe(z, similar, pre)
+        self.learn(z, similar, lr_scale, pre)
+        return mistakes
+
+    def observe(
+        self, z: np.ndarray, similar: bool | None, pre: np.ndarray | None = None
+    ) -> np.ndarray:
         """Rank one constraint with every length's sign codes before learning it, discount the
         lengths that ranked it wrongly; return the mistakes (one per length, 0, 0.5 or 1).
 
         ``z`` holds the constraint's item embeddings in role order (2 for a pair, 3 for a
         triplet); ``similar`` is the pair's flag (None for a triplet).
         """
-        signs = z @ self._stacked.T > 0  # every length at once: (k, Σ c)
+        # Every length at once: (k, Σ c).
+        signs = (z @ self._stacked.T if pre is None else pre) > 0
         out = np.empty(len(self.lengths))
         for k, part in enumerate(self._slices()):
             s = signs[:, part]
@@ -160,10 +170,16 @@ class BinaryCodes:
         self.log_weights += out * math.log(self.beta)
         return out
 
-    def learn(self, z: np.ndarray, similar: bool | None, lr_scale: float = 1.0) -> None:
+    def learn(
+        self,
+        z: np.ndarray,
+        similar: bool | None,
+        lr_scale: float = 1.0,
+        pre: np.ndarray | None = None,
+    ) -> None:
         """One SGD step of every length's projection on one constraint (``z`` as in
-        :meth:`observe`)."""
-        t = np.tanh(z @ self._stacked.T)  # (k, Σ c)
+        :meth:`observe`; ``pre``: z's projections, when already at hand)."""
+        t = np.tanh(z @ self._stacked.T if pre is None else pre)  # (k, Σ c)
         grad_t = np.zeros_like(t)
         for part, c in zip(self._slices(), self.lengths, strict=True):
             tc = t[:, part]

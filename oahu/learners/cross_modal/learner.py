@@ -358,7 +358,7 @@ class CrossModalOAHU:
         lr = self._step_size()
         for m, cache in caches.items():
             if grads[m].any():
-                self.towers[self.modalities[m]].step(cache, grads[m].astype(np.float32), lr)
+                self.towers[self.modalities[m]].step(cache, grads[m], lr)
         return changed
 
     def _observe_codes(self, constraint: tuple, caches: dict, places: list) -> None:
@@ -367,8 +367,7 @@ class CrossModalOAHU:
             [(caches[m].embeddings[:, r] * weights[:, None]).reshape(-1) for m, r in places]
         )
         similar = constraint[2]
-        self.binary_codes.observe(z, similar)
-        self.binary_codes.learn(z, similar, self._step_size() / self.learning_rate)
+        self.binary_codes.update(z, similar, self._step_size() / self.learning_rate)
 
     # ------------------------------------------------------------------ state
     def get_params(self) -> dict[str, Any]:
