@@ -370,3 +370,42 @@ def test_a_queries_only_copy_embeds_but_refuses_to_learn():
     assert copy.embed(x, "img") == pytest.approx(model.embed(x, "img"), abs=0)
     with pytest.raises(ValueError, match="queries only"):
         copy.learn_pair(np.zeros(6), np.zeros(3), ("img", "txt"), True)
+
+
+@needs_mfeat
+def test_a_cross_modal_stream_file_replays_and_saves_its_model(tmp_path):
+    from oahu.persistence import load_learner
+
+    path = tmp_path / "kz.npz"
+    made = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oahu.cli.main",
+            "make-stream",
+            "--dataset",
+            "mfeat",
+            "--cross-modal",
+            "--views",
+            "kar,zer",
+            "--constraints",
+            "300",
+            "--out",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr
+    done = _replay(
+        "--stream", str(path), "--cross-modal", "--json", "--save-model", str(tmp_path / "kz.oahu")
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["modalities"] == ["kar", "zer"]
+    model, extra = load_learner(tmp_path / "kz.oahu")
+    assert model.modalities == ("kar", "zer") and model.constraints_seen == 300
+    assert json.loads(extra["stream_meta"])["views"] == ["kar", "zer"]
+    single = _replay("--stream", str(path))
+    assert single.returncode != 0
+    assert "a cross-modal stream; replay it with --cross-modal" in single.stderr
