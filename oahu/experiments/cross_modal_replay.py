@@ -47,6 +47,7 @@ __all__ = [
 CROSS_MODAL_LEARNERS = ("oahu", "cca", "pls")
 _KNN = 5
 REFERENCE_BITS = 64  # the CCA-sign codes' length
+CODE_LENGTHS = (16, 32, 64, 128)  # the lengths compared
 _VALIDATION_QUERIES = 2000
 
 
@@ -166,6 +167,14 @@ def replay_cross_modal(
         report["constraints"] = 0  # offline: fitted on paired items, no constraint used
         report["n_components"] = ref.n_components
         report["code_bits"] = ref.code_bits
+        if learner == "cca":  # CCA-sign codes at every length the views allow, as for oahu
+            report["hamming_by_bits"] = {
+                str(bits): hamming_maps(
+                    stream, lambda x, m, b=bits: ref.codes(x, m, b), seed, max_queries
+                )
+                for bits in CODE_LENGTHS
+                if bits <= ref.max_bits
+            }
         return report
     names = stream.modalities
     model = CrossModalOAHU(dict(zip(names, stream.dims, strict=True)), seed=seed, **(params or {}))

@@ -84,7 +84,8 @@ class CanonicalReference:
                 f"n_components: at most {n_max} for views of {z[0].shape[1]} and "
                 f"{z[1].shape[1]} dimensions, got {self.n_components}"
             )
-        self._fit_cca(z, max(self.n_components, min(self.code_bits, n_max)))
+        # Every component the views allow: codes of any length up to it come from one fit.
+        self._fit_cca(z, n_max)
         if self.method == "pls":
             self._pls = PLSCanonical(self.n_components, scale=False, max_iter=1000).fit(*z)
         return self
@@ -119,16 +120,21 @@ class CanonicalReference:
         norms = np.linalg.norm(p, axis=1, keepdims=True)
         return (p / np.maximum(norms, 1e-12)).astype(np.float32)
 
-    def codes(self, x: np.ndarray, view: int) -> np.ndarray:
-        """Packed CCA-sign codes (n, code_bits / 8): the signs of the first code_bits
-        canonical projections."""
-        p = self._projections(x, view)
-        if p.shape[1] < self.code_bits:
+    @property
+    def max_bits(self) -> int:
+        """The longest CCA-sign code these views give: one bit per canonical component."""
+        return self.weights[0].shape[1]
+
+    def codes(self, x: np.ndarray, view: int, bits: int | None = None) -> np.ndarray:
+        """Packed CCA-sign codes (n, bits / 8): the signs of the first ``bits`` (default
+        ``code_bits``) canonical projections."""
+        bits = self.code_bits if bits is None else int(bits)
+        if bits > self.max_bits:
             raise ValueError(
-                f"code_bits: {self.code_bits} bits need as many canonical components; these "
-                f"views give {p.shape[1]}"
+                f"code_bits: {bits} bits need as many canonical components; these views give "
+                f"{self.max_bits}"
             )
-        return pack_codes(p[:, : self.code_bits] > 0)
+        return pack_codes(self._projections(x, view)[:, :bits] > 0)
 
 
 def choose_components(
