@@ -63,6 +63,7 @@ _EXPORTS: dict[str, str] = {
     "classify": "oahu.inference.scoring",
     "verify": "oahu.inference.scoring",
     "retrieve": "oahu.inference.scoring",
+    "CrossModalGallery": "oahu.inference.cross_modal",
     # other libraries' shapes
     "MetricLearner": "oahu.adapters.sklearn_api",
     "MetricTransformer": "oahu.adapters.river_api",

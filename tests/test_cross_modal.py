@@ -409,3 +409,30 @@ def test_a_cross_modal_stream_file_replays_and_saves_its_model(tmp_path):
     single = _replay("--stream", str(path))
     assert single.returncode != 0
     assert "a cross-modal stream; replay it with --cross-modal" in single.stderr
+
+
+# ---------------------------------------------------------------------- the gallery
+def test_the_gallery_finds_what_exhaustive_ranking_finds():
+    from oahu.inference.cross_modal import CrossModalGallery
+
+    model = _toy_model(seed=4)
+    rng = np.random.default_rng(9)
+    txt, img = rng.normal(size=(40, 3)), rng.normal(size=(5, 6))
+    gallery = CrossModalGallery(model, bits=32)
+    gallery.add("txt", [f"t{i}" for i in range(40)], txt, labels=np.arange(40) % 4)
+    assert (gallery.size("txt"), gallery.size("img"), len(gallery)) == (40, 0, 40)
+    found = gallery.retrieve(img, from_="img", to="txt", k=5)
+    d = ((model.embed(img, "img")[:, None] - model.embed(txt, "txt")[None]) ** 2).sum(-1)
+    assert found.distances == pytest.approx(np.sort(d, axis=1)[:, :5], abs=1e-4)
+    assert (found.labels == np.vectorize(lambda s: int(s[1:]) % 4)(found.ids)).all()
+    by_code = gallery.retrieve(img, "img", "txt", k=40, hamming=True)
+    h = hamming_distances(model.codes(img, "img", 32), model.codes(txt, "txt", 32))
+    assert (by_code.distances == np.sort(h, axis=1)).all()
+    distance, linked = gallery.verify(img[:2], txt[:2], "img", "txt")
+    assert distance == pytest.approx(np.diag(d[:2, :2]), abs=1e-5)
+    assert (linked == (distance < PAIR_THRESHOLD)).all()
+    assert gallery.retrieve(txt[:5], "txt", "img", k=3).ids.shape == (5, 0)  # an empty gallery
+    with pytest.raises(ValueError, match="to: one of"):
+        gallery.retrieve(img, "img", "audio")
+    with pytest.raises(ValueError, match="bits: one of"):
+        CrossModalGallery(model, bits=24)
