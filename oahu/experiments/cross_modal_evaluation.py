@@ -21,7 +21,14 @@ import numpy as np
 from oahu.experiments.evaluation import verification_pairs
 from oahu.learners.cross_modal.codes import hamming_distances
 
-__all__ = ["link_auc", "mean_average_precision", "recall_at", "roc_auc", "squared_distances"]
+__all__ = [
+    "link_auc",
+    "mean_average_precision",
+    "nearest_labels",
+    "recall_at",
+    "roc_auc",
+    "squared_distances",
+]
 
 _CHUNK = 512  # queries ranked at once: memory (chunk, n_gallery)
 
@@ -37,33 +44,52 @@ def _ranked_relevance(
     return gallery_labels[order] == query_labels[:, None]
 
 
+Ranking = tuple[np.ndarray, np.ndarray] | np.ndarray
+
+
+def _blocks(ranking: Ranking, n: int):
+    """(start, distances of queries start..start+_CHUNK) over a distance matrix, or computed a
+    chunk at a time from (queries, gallery): packed codes (uint8) by Hamming distance, points by
+    squared Euclidean distance. A chunk at a time: 35,000 queries against 35,000 items would be
+    a 10 GB matrix at once."""
+    for start in range(0, n, _CHUNK):
+        stop = min(start + _CHUNK, n)
+        if not isinstance(ranking, tuple):
+            yield start, ranking[start:stop]
+            continue
+        queries, gallery = ranking
+        if queries.dtype == np.uint8:
+            yield start, hamming_distances(queries[start:stop], gallery)
+        else:
+            yield start, squared_distances(queries[start:stop], gallery)
+
+
 def mean_average_precision(
-    distances_or_codes: tuple[np.ndarray, np.ndarray] | np.ndarray,
+    ranking: Ranking,
     query_labels: np.ndarray,
     gallery_labels: np.ndarray,
     seed: int = 0,
 ) -> float:
     """mAP@all of every query's ranking of the whole gallery.
 
-    Pass either a distance matrix (m, n) (smaller is closer; integer distances count as
-    Hamming, ties broken at random) or a pair of packed code arrays (queries, gallery), ranked
-    by Hamming distance a chunk of queries at a time.
+    ``ranking`` is a distance matrix (m, n) (smaller is closer; integer distances count as
+    Hamming, ties broken at random), or a pair (queries, gallery) of packed codes (uint8, by
+    Hamming distance) or of points (by squared Euclidean distance), ranked a chunk of queries at
+    a time.
 
     >>> d = np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]])
     >>> round(mean_average_precision(d, np.array([0, 1]), np.array([0, 1, 0])), 4)
+    0.6667
+    >>> points = (np.array([[0.05], [0.35]]), np.array([[0.0], [0.2], [0.4]]))
+    >>> round(mean_average_precision(points, np.array([0, 1]), np.array([0, 1, 0])), 4)
     0.6667
     """
     query_labels = np.asarray(query_labels)
     gallery_labels = np.asarray(gallery_labels)
     total = 0.0
     n = len(query_labels)
-    for start in range(0, n, _CHUNK):
-        stop = min(start + _CHUNK, n)
-        if isinstance(distances_or_codes, tuple):
-            queries, gallery = distances_or_codes
-            block = hamming_distances(queries[start:stop], gallery)
-        else:
-            block = distances_or_codes[start:stop]
+    for start, block in _blocks(ranking, n):
+        stop = start + len(block)
         rel = _ranked_relevance(block, query_labels[start:stop], gallery_labels, seed + start)
         hits = np.cumsum(rel, axis=1)
         precision = hits / np.arange(1, rel.shape[1] + 1)
@@ -81,16 +107,38 @@ def squared_distances(queries: np.ndarray, gallery: np.ndarray) -> np.ndarray:
 
 
 def recall_at(
-    distances: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray, ks=(1, 10)
+    ranking: Ranking, query_labels: np.ndarray, gallery_labels: np.ndarray, ks=(1, 10)
 ) -> dict[str, float]:
-    """Share of queries with an item of their class among their K nearest, for each K.
+    """Share of queries with an item of their class among their K nearest, for each K
+    (``ranking`` as in :func:`mean_average_precision`).
 
     >>> d = np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]])
     >>> recall_at(d, np.array([0, 1]), np.array([0, 1, 0]), ks=(1, 2))
     {'1': 0.5, '2': 1.0}
     """
-    rel = _ranked_relevance(distances, np.asarray(query_labels), np.asarray(gallery_labels), 0)
-    return {str(k): float(rel[:, :k].any(axis=1).mean()) for k in ks}
+    query_labels, gallery_labels = np.asarray(query_labels), np.asarray(gallery_labels)
+    hits = {k: 0 for k in ks}
+    for start, block in _blocks(ranking, len(query_labels)):
+        labels = query_labels[start : start + len(block)]
+        rel = _ranked_relevance(block, labels, gallery_labels, start)
+        for k in ks:
+            hits[k] += int(rel[:, :k].any(axis=1).sum())
+    n = max(len(query_labels), 1)
+    return {str(k): hits[k] / n for k in ks}
+
+
+def nearest_labels(
+    queries: np.ndarray, gallery: np.ndarray, gallery_labels: np.ndarray, k: int
+) -> np.ndarray:
+    """The labels of each query point's ``k`` nearest gallery points, nearest first, (m, k).
+
+    >>> nearest_labels(np.array([[0.0]]), np.array([[3.0], [1.0], [2.0]]), np.array([7, 8, 9]), 2)
+    array([[8, 9]])
+    """
+    out = []
+    for _, block in _blocks((queries, gallery), len(queries)):
+        out.append(np.asarray(gallery_labels)[np.argsort(block, axis=1, kind="stable")[:, :k]])
+    return np.concatenate(out) if out else np.empty((0, k), dtype=np.asarray(gallery_labels).dtype)
 
 
 def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float:

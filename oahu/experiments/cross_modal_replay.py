@@ -26,8 +26,8 @@ import numpy as np
 from oahu.experiments.cross_modal_evaluation import (
     link_auc,
     mean_average_precision,
+    nearest_labels,
     recall_at,
-    squared_distances,
 )
 from oahu.learners.cross_modal.cca import CanonicalReference, choose_components
 from oahu.learners.cross_modal.learner import CrossModalOAHU
@@ -68,18 +68,15 @@ def evaluate_cross_modal(
     y = stream.y[test]
     q = _queries(len(test), seed, max_queries)
     ea, eb = (embed(stream.X[m][test], m) for m in (0, 1))
-    d_ab, d_ba = squared_distances(ea[q], eb), squared_distances(eb[q], ea)
     out: dict[str, Any] = {
-        "map_ab": mean_average_precision(d_ab, y[q], y),
-        "map_ba": mean_average_precision(d_ba, y[q], y),
-        "recall_ab": recall_at(d_ab, y[q], y),
-        "recall_ba": recall_at(d_ba, y[q], y),
+        "map_ab": mean_average_precision((ea[q], eb), y[q], y),
+        "map_ba": mean_average_precision((eb[q], ea), y[q], y),
+        "recall_ab": recall_at((ea[q], eb), y[q], y),
+        "recall_ba": recall_at((eb[q], ea), y[q], y),
         "link_auc": link_auc(ea, eb, y, seed=seed),
     }
     # Classification across modalities: A's queries among B's labelled development items.
-    gallery = embed(stream.X[1][dev], 1)
-    nearest = np.argsort(squared_distances(ea[q], gallery), axis=1, kind="stable")[:, :_KNN]
-    votes = stream.y[dev][nearest]
+    votes = nearest_labels(ea[q], embed(stream.X[1][dev], 1), stream.y[dev], _KNN)
     predicted = np.array([np.bincount(row).argmax() for row in votes])
     out["error"] = float((predicted != y[q]).mean())
     if codes is not None:
@@ -123,9 +120,9 @@ def fit_reference(stream: CrossModalStream, method: str, seed: int = 0) -> Canon
         # no more, and a large development split would make each score a minute long.
         q = _queries(len(labels), seed, _VALIDATION_QUERIES)
         ea, eb = ref.embed(a, 0), ref.embed(b, 1)
-        return mean_average_precision(
-            squared_distances(ea[q], eb), labels[q], labels
-        ) + mean_average_precision(squared_distances(eb[q], ea), labels[q], labels)
+        return mean_average_precision((ea[q], eb), labels[q], labels) + mean_average_precision(
+            (eb[q], ea), labels[q], labels
+        )
 
     k = choose_components(xa, xb, y, score, method=method, seed=seed)
     bits = min(REFERENCE_BITS, xa.shape[1], xb.shape[1]) // 8 * 8
