@@ -146,6 +146,25 @@ def test_inputs_are_checked_naming_the_field():
         fresh.learn_pair(np.zeros(6), np.zeros(3), ("img", "txt"), True)
 
 
+@pytest.mark.parametrize(
+    "param, value",
+    [
+        ("learning_rate", 0.0),
+        ("margin", -0.1),
+        ("beta", 1.0),
+        ("replay", -1),
+        ("embedding_dim", 0),
+        ("code_bits", (8, 12)),
+        ("preprocess", "zscore"),
+        ("seed", -1),
+    ],
+)
+def test_bad_parameters_are_refused_naming_them(param, value):
+    name = "code_bits" if param == "code_bits" else param.split("_")[0]
+    with pytest.raises(ValueError, match=name):
+        CrossModalOAHU({"img": 6, "txt": 3}, **{param: value})
+
+
 def test_the_same_seed_gives_the_same_model():
     rng = np.random.default_rng(5)
     items = [(rng.normal(size=6), rng.normal(size=3), rng.normal(size=3)) for _ in range(50)]

@@ -31,11 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from oahu.checks import check_int, check_number
 from oahu.learners.cross_modal.codes import BinaryCodes
 from oahu.learners.oahu.config import OAHUConfig
 from oahu.learners.oahu.hedge import hedge_update
 from oahu.learners.oahu.network import MultiDepthNetwork
-from oahu.preprocessing import InputScaler
+from oahu.preprocessing import InputScaler, parse_preprocess
 from oahu.threads import blas_threads
 
 __all__ = ["PAIR_THRESHOLD", "CrossModalOAHU", "constraint_gradients"]
@@ -144,20 +145,21 @@ class CrossModalOAHU:
                 raise ValueError(f"n_features[{modality!r}]: a positive integer, got {dim!r}")
         self.n_features = {m: int(d) for m, d in n_features.items()}
         self.modalities = tuple(self.n_features)
-        self.embedding_dim = int(embedding_dim)
-        self.n_hidden_layers = int(n_hidden_layers)
-        self.hidden_width = int(hidden_width)
-        self.learning_rate = float(learning_rate)
-        self.lr_decay = float(lr_decay)
-        self.lr_floor = float(lr_floor)
-        self.margin = float(margin)
-        self.beta = float(beta)
-        self.smoothing = float(smoothing)
-        self.replay = int(replay)
-        self.replay_memory = int(replay_memory)
+        self.embedding_dim = check_int(embedding_dim, "embedding_dim")
+        self.n_hidden_layers = check_int(n_hidden_layers, "n_hidden_layers", minimum=0)
+        self.hidden_width = check_int(hidden_width, "hidden_width")
+        self.learning_rate = check_number(learning_rate, "learning_rate", 0.0, None, "neither")
+        self.lr_decay = check_number(lr_decay, "lr_decay", 0.0)
+        self.lr_floor = check_number(lr_floor, "lr_floor", 0.0, 1.0)
+        self.margin = check_number(margin, "margin", 0.0)
+        self.beta = check_number(beta, "beta", 0.0, 1.0, "neither")
+        self.smoothing = check_number(smoothing, "smoothing", 0.0, 1.0, "left")
+        self.replay = check_int(replay, "replay", minimum=0)
+        self.replay_memory = check_int(replay_memory, "replay_memory")
         self.code_bits = tuple(int(c) for c in code_bits)
+        parse_preprocess(preprocess)
         self.preprocess = preprocess
-        self.seed = int(seed)
+        self.seed = check_int(seed, "seed", minimum=0)
         self.scalers = {m: InputScaler(preprocess, d) for m, d in self.n_features.items()}
         self.towers = {
             m: MultiDepthNetwork(
@@ -368,6 +370,9 @@ class CrossModalOAHU:
         )
         similar = constraint[2]
         self.binary_codes.update(z, similar, self._step_size() / self.learning_rate)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(n_features={self.n_features!r}, seed={self.seed})"
 
     # ------------------------------------------------------------------ state
     def get_params(self) -> dict[str, Any]:
