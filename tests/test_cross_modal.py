@@ -455,3 +455,23 @@ def test_the_gallery_finds_what_exhaustive_ranking_finds():
         gallery.retrieve(img, "img", "audio")
     with pytest.raises(ValueError, match="bits: one of"):
         CrossModalGallery(model, bits=24)
+    with pytest.raises(ValueError, match="need items in two of them"):
+        gallery.suggest(3)
+
+
+def test_the_gallery_suggests_questions_across_its_modalities():
+    from oahu.inference.cross_modal import CrossModalGallery
+
+    model = _toy_model(seed=4)
+    rng = np.random.default_rng(2)
+    gallery = CrossModalGallery(model)
+    gallery.add("img", [f"i{k}" for k in range(30)], rng.normal(size=(30, 6)))
+    gallery.add("txt", [f"t{k}" for k in range(20)], rng.normal(size=(20, 3)))
+    pairs = gallery.suggest(8, seed=1)
+    assert len(pairs) == 8 and len(set(pairs)) == 8
+    for src, anchor, dst, first, second in pairs:
+        assert {src, dst} == {"img", "txt"} and second is None
+        assert anchor[0] == src[0] and first[0] == dst[0]
+    triplets = gallery.suggest(5, seed=1, kinds="triplets")
+    assert all(q[4] is not None and q[4][0] == q[2][0] for q in triplets)
+    assert gallery.suggest(8, seed=1) == pairs  # seeded

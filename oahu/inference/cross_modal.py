@@ -130,6 +130,40 @@ class CrossModalGallery:
             distances, found = part.points.search(np.ascontiguousarray(points), k)
         return Retrieved(part.ids[found], part.labels[found], distances)
 
+    def suggest(
+        self, batch: int, seed: int = 0, kinds: str = "pairs"
+    ) -> list[tuple[str, Any, str, Any, Any | None]]:
+        """``batch`` questions to label across the two galleries, chosen by joint entropy
+        (:func:`oahu.experiments.cross_modal_active.cross_modal_questions`): each is
+        ``(from, anchor id, to, first id, second id)``, a pair question "are the anchor and
+        ``first`` linked?" when ``second`` is None, else "is the anchor closer to ``first`` or to
+        ``second``?". Needs two modalities with items."""
+        from oahu.experiments.cross_modal_active import cross_modal_questions
+
+        filled = [m for m, part in self._parts.items() if len(part.ids)]
+        if len(filled) < 2:
+            raise ValueError(
+                f"gallery: questions across modalities need items in two of them, got items in "
+                f"{filled or 'none'}"
+            )
+        a, b = (self._parts[m] for m in filled[:2])
+        points = tuple(p.points.reconstruct_n(0, p.points.ntotal) for p in (a, b))
+        questions = cross_modal_questions(points, batch, np.random.default_rng(seed), kinds=kinds)
+        n_a = len(a.ids)
+
+        def item(position: int) -> tuple[str, Any]:
+            return (
+                (filled[0], a.ids[position])
+                if position < n_a
+                else (filled[1], b.ids[position - n_a])
+            )
+
+        out = []
+        for anchor, first, second in questions:
+            (src, anchor_id), (dst, first_id) = item(anchor), item(first)
+            out.append((src, anchor_id, dst, first_id, None if second < 0 else item(second)[1]))
+        return out
+
     def verify(
         self, x: np.ndarray, y: np.ndarray, from_: str, to: str
     ) -> tuple[np.ndarray, np.ndarray]:
