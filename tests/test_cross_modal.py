@@ -475,3 +475,14 @@ def test_the_gallery_suggests_questions_across_its_modalities():
     triplets = gallery.suggest(5, seed=1, kinds="triplets")
     assert all(q[4] is not None and q[4][0] == q[2][0] for q in triplets)
     assert gallery.suggest(8, seed=1) == pairs  # seeded
+
+
+@needs_mfeat
+def test_a_view_narrower_than_64_gives_cca_sign_codes_of_its_width():
+    from oahu.streams.cross_modal import build_cross_modal_stream
+    from oahu.streams.views import load_views
+
+    stream = build_cross_modal_stream(load_views("mfeat", ("mor", "fou")), 10, seed=0)
+    report = replay_cross_modal(stream, "cca", seed=0)
+    assert report["code_bits"] == 6  # mor's six morphological features: six components
+    assert report["hamming_map_ab"] > 0.2  # ten classes: a random ranking is near 0.1

@@ -125,7 +125,8 @@ def fit_reference(stream: CrossModalStream, method: str, seed: int = 0) -> Canon
         )
 
     k = choose_components(xa, xb, y, score, method=method, seed=seed)
-    bits = min(REFERENCE_BITS, xa.shape[1], xb.shape[1]) // 8 * 8
+    # One bit per canonical component: views narrower than 64 give shorter codes.
+    bits = min(REFERENCE_BITS, xa.shape[1], xb.shape[1], len(dev) - 1)
     return CanonicalReference(k, method, code_bits=bits).fit(xa, xb)
 
 
