@@ -6,7 +6,8 @@ For each dataset (mfeat pixel averages <-> Fourier coefficients; Fashion-MNIST p
 a derived view) and seed, one cross-modal stream of the largest N is built with the defaults
 (``oahu make-stream --cross-modal``) and learned in one pass; the test split's mAP@all in both
 directions (real-valued and Hamming at the chosen code length), Recall@1/10 and link-prediction
-AUC are taken at each N on the way (the stream's first N constraints are the stream of N).
+AUC are taken at each N on the way (the stream's first N constraints: the protocol of a stream
+of N, though not the very draw ``--constraints N`` makes).
 CCA and PLS are fitted on the development split's paired items, their number of components
 chosen on development data; CCA-sign codes have 64 bits. On Fashion-MNIST, mAP is over a
 seeded 2,000 test queries per direction against the whole test split.
