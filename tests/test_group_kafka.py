@@ -97,7 +97,10 @@ def test_kill_9_of_random_members_loses_and_repeats_nothing(kafka_bootstrap, tmp
     _wait_consumed(rank0, N_RECORDS, 90)
     rank0.stop()  # a clean stop: the final cut, then exit 0
     assert rank0.error is None, rank0.error
-    assert max(c for _, c in killed) < N_RECORDS  # real mid-stream crashes
+    # At least one real mid-stream crash. On an idle machine the re-formed group can finish
+    # the stream before a later kill lands; that kill then crashes it between the last record
+    # and a clean stop's final cut, which exactly-once must survive too.
+    assert min(c for _, c in killed) < N_RECORDS
     print("killed (rank, constraints consumed):", killed)
 
     model, progress = checkpointed(config)
