@@ -31,12 +31,12 @@ from typing import Any
 
 import numpy as np
 
-from oahu.connectors.constraint import DEFAULT_MODALITY, split_modality
 from oahu.connectors.messages import decode_batch
 from oahu.learner import Learner
 from oahu.persistence import learner_from_bytes, learner_to_bytes
 from oahu.service.group.combine import combine_in_process
 from oahu.service.item_store import ItemStore
+from oahu.service.learning.modalities import single_modality
 from oahu.service.learning.resolve import resolve_batch
 from oahu.streams.atomic import atomic_open
 
@@ -168,7 +168,7 @@ def learn_values(learner: Learner, values: list[bytes], items: ItemStore) -> Non
     modality than the default are the loop's dead letters: not learned)."""
     decoded = decode_batch(values)
     for decoded_batch in decoded.batches:
-        batch, _ = split_modality(decoded_batch, DEFAULT_MODALITY)
+        batch, _ = single_modality(decoded_batch, learner.name)
         if batch is None:
             continue
         resolved, _ = resolve_batch(batch, items, dim=learner.n_features)

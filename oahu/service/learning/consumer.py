@@ -36,7 +36,6 @@ import torch
 from prometheus_client.metrics_core import Metric
 
 from oahu.connectors.answered import QUESTION_KEY, question_of
-from oahu.connectors.constraint import DEFAULT_MODALITY, ROLES, split_modality
 from oahu.connectors.dead_letter import (
     CRASH_LOOP,
     DUPLICATE_ANSWER,
@@ -63,6 +62,7 @@ from oahu.service.learning.in_flight import (
     Ranges,
     offset_ranges,
 )
+from oahu.service.learning.modalities import single_modality
 from oahu.service.learning.resolve import ResolvedBatch, resolve_batch
 from oahu.service.metrics import LearningMetrics
 from oahu.service.status import model_status
@@ -248,17 +248,9 @@ class ConsumerLoop:
         decoded = decode_batch([r.value for r in records])
         errors = list(decoded.errors)
         for decoded_batch in decoded.batches:
-            # before resolving: items of another modality are neither this item store's nor of
-            # the learner's dimension, so their letter says why they cannot be learned at all
-            batch, foreign = split_modality(decoded_batch, DEFAULT_MODALITY)
-            roles = ROLES[decoded_batch.kind]
+            batch, refused = single_modality(decoded_batch, self.learner.name)
             letters.extend(
-                DeadLetter.of(
-                    records[i],
-                    UNSUPPORTED_MODALITY,
-                    modality_detail(self.learner.name, roles, names),
-                )
-                for i, names in foreign
+                DeadLetter.of(records[i], UNSUPPORTED_MODALITY, detail) for i, detail in refused
             )
             if batch is None:
                 continue
@@ -504,15 +496,3 @@ class ConsumerLoop:
                 dict(sorted(self.progress.offsets.items())),
             )
         self._drifts_logged = total
-
-
-def modality_detail(learner: str, roles: tuple[str, ...], modalities: tuple[str, ...]) -> str:
-    """What an ``unsupported_modality`` letter says: each item's modality, and the one modality
-    a single-modality learner learns.
-
-    >>> modality_detail("oahu", ("left", "right"), ("pix", "fou"))
-    "items in modalities left 'pix', right 'fou': learner 'oahu' learns one modality, 'default'"
-    """
-    items = ", ".join(f"{role} {name!r}" for role, name in zip(roles, modalities, strict=True))
-    learns = f"learner {learner!r} learns one modality, {DEFAULT_MODALITY!r}"
-    return f"items in modalities {items}: {learns}"

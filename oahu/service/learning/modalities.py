@@ -1,0 +1,41 @@
+"""Which decoded constraints a single-modality learner can learn: those whose items are all in
+the default modality. The others are dead-lettered ``unsupported_modality`` before their items
+are resolved: items of another modality are neither in this item store nor of the learner's
+dimension, so ``unknown_item`` or ``bad_dimension`` would not say why they cannot be learned."""
+
+from __future__ import annotations
+
+from oahu.connectors.constraint import DEFAULT_MODALITY, ROLES, ConstraintBatch, split_modality
+
+__all__ = ["modality_detail", "single_modality"]
+
+
+def single_modality(
+    batch: ConstraintBatch, learner: str
+) -> tuple[ConstraintBatch | None, list[tuple[int, str]]]:
+    """The rows of ``batch`` in the default modality (None if none), and for every other row
+    its input index and what its ``unsupported_modality`` letter says.
+
+    >>> import numpy as np
+    >>> b = ConstraintBatch("pair", index=np.array([7, 8]), ids=np.array([[1, 2], [3, 4]]),
+    ...                     similar=np.array([True, False]),
+    ...                     modalities=np.array([["default", "default"], ["pix", "fou"]]))
+    >>> kept, refused = single_modality(b, "oahu")
+    >>> kept.index.tolist(), refused[0][0]
+    ([7], 8)
+    """
+    kept, others = split_modality(batch, DEFAULT_MODALITY)
+    roles = ROLES[batch.kind]
+    return kept, [(i, modality_detail(learner, roles, names)) for i, names in others]
+
+
+def modality_detail(learner: str, roles: tuple[str, ...], modalities: tuple[str, ...]) -> str:
+    """What an ``unsupported_modality`` letter says: each item's modality, and the one modality
+    a single-modality learner learns.
+
+    >>> modality_detail("oahu", ("left", "right"), ("pix", "fou"))
+    "items in modalities left 'pix', right 'fou': learner 'oahu' learns one modality, 'default'"
+    """
+    items = ", ".join(f"{role} {name!r}" for role, name in zip(roles, modalities, strict=True))
+    learns = f"learner {learner!r} learns one modality, {DEFAULT_MODALITY!r}"
+    return f"items in modalities {items}: {learns}"
