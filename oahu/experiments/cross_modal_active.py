@@ -21,6 +21,7 @@ the model the loop taught (the learner is deterministic).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -36,7 +37,8 @@ from oahu.active import (
     margins,
 )
 from oahu.checks import check_choice, check_int
-from oahu.learners.cross_modal.learner import PAIR_THRESHOLD, CrossModalOAHU
+from oahu.experiments.cross_modal_replay import learn_constraint, prepared_model
+from oahu.learners.cross_modal.learner import PAIR_THRESHOLD
 from oahu.streams.cross_modal import PAIR, TRIPLET, CrossModalStream
 
 __all__ = [
@@ -133,12 +135,10 @@ def cross_modal_oracle(
         n = min(budget, len(stream))
         return _with(stream, np.arange(n), [], {"labels_used": n, "answered": n})
     names = stream.modalities
-    model = CrossModalOAHU(dict(zip(names, stream.dims, strict=True)), seed=seed, **(params or {}))
+    model = prepared_model(stream, seed, params)
     dev = stream.dev_idx
-    for m, name in enumerate(names):
-        model.prepare(name, stream.X[m][dev])
     for i in range(min(INITIAL, len(stream))):
-        _learn_row(
+        learn_constraint(
             model,
             stream,
             stream.constraints[i],
@@ -160,7 +160,7 @@ def cross_modal_oracle(
                 mods = [int(p >= n_dev) for p in (anchor, first)] + [-1]
                 linked = bool(stream.y[objects[0]] == stream.y[objects[1]])
                 row = (np.array(objects), np.array(mods), PAIR, linked)
-                _learn_row(model, stream, *row)
+                learn_constraint(model, stream, *row)
                 answered.append(row)
                 continue
             objects = [dev[p % n_dev] for p in (anchor, first, second)]
@@ -172,7 +172,7 @@ def cross_modal_oracle(
                 objects[1], objects[2] = objects[2], objects[1]
                 mods[1], mods[2] = mods[2], mods[1]
             row = (np.array(objects), np.array(mods), TRIPLET, False)
-            _learn_row(model, stream, *row)
+            learn_constraint(model, stream, *row)
             answered.append(row)
         if not len(questions):
             break
@@ -185,42 +185,21 @@ def cross_modal_oracle(
     )
 
 
-def _learn_row(model, stream, objects, mods, kind, similar) -> None:
-    names = stream.modalities
-    if kind == PAIR:
-        model.learn_pair(
-            stream.X[mods[0]][objects[0]],
-            stream.X[mods[1]][objects[1]],
-            (names[mods[0]], names[mods[1]]),
-            similar,
-        )
-    else:
-        model.learn_triplet(
-            *(stream.X[mods[j]][objects[j]] for j in range(3)), tuple(names[m] for m in mods)
-        )
-
-
 def _with(
     stream: CrossModalStream, rows: np.ndarray, answered: list, oracle: dict
 ) -> CrossModalStream:
-    constraints = [stream.constraints[rows]]
-    modality = [stream.modality[rows]]
-    kinds = [stream.kinds[rows]]
-    similar = [stream.similar[rows]]
-    if answered:
-        constraints.append(np.stack([r[0] for r in answered]))
-        modality.append(np.stack([r[1] for r in answered]).astype(np.int8))
-        kinds.append(np.array([r[2] for r in answered], dtype=np.int8))
-        similar.append(np.array([r[3] for r in answered], dtype=bool))
-    return CrossModalStream(
-        stream.modalities,
-        stream.X,
-        stream.y,
-        stream.dev_idx,
-        stream.test_idx,
-        np.concatenate(constraints),
-        np.concatenate(modality),
-        np.concatenate(kinds),
-        np.concatenate(similar),
-        {**stream.meta, "oracle": oracle},
+    """``stream`` with its constraints ``rows`` then the ``answered`` ones, and ``oracle``
+    in its meta (the split and the items stay)."""
+    objects, modality, kinds, similar = zip(*answered, strict=True) if answered else ([],) * 4
+    return dataclasses.replace(
+        stream,
+        constraints=np.concatenate(
+            [stream.constraints[rows], np.array(objects, np.int64).reshape(-1, 3)]
+        ),
+        modality=np.concatenate(
+            [stream.modality[rows], np.array(modality, np.int8).reshape(-1, 3)]
+        ),
+        kinds=np.concatenate([stream.kinds[rows], np.array(kinds, np.int8)]),
+        similar=np.concatenate([stream.similar[rows], np.array(similar, bool)]),
+        meta={**stream.meta, "oracle": oracle},
     )

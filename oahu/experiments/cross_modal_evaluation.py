@@ -17,6 +17,7 @@ an index order that may correlate with the labels.
 from __future__ import annotations
 
 import numpy as np
+from sklearn.metrics import roc_auc_score
 
 from oahu.experiments.evaluation import verification_pairs
 from oahu.learners.cross_modal.codes import hamming_distances
@@ -26,7 +27,6 @@ __all__ = [
     "mean_average_precision",
     "nearest_labels",
     "recall_at",
-    "roc_auc",
     "squared_distances",
 ]
 
@@ -141,27 +141,6 @@ def nearest_labels(
     return np.concatenate(out) if out else np.empty((0, k), dtype=np.asarray(gallery_labels).dtype)
 
 
-def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float:
-    """ROC AUC (ties count half), the probability that a positive outscores a negative.
-
-    >>> roc_auc(np.array([0.9, 0.1, 0.5, 0.5]), np.array([True, False, True, False]))
-    0.875
-    """
-    scores = np.asarray(scores, dtype=np.float64)
-    positive = np.asarray(positive, dtype=bool)
-    n_pos, n_neg = int(positive.sum()), int((~positive).sum())
-    if not n_pos or not n_neg:
-        raise ValueError("positive: the sample needs both positive and negative pairs")
-    order = np.argsort(scores, kind="stable")
-    ranks = np.empty(len(scores))
-    sorted_scores = scores[order]
-    # Average ranks over ties.
-    _, first, counts = np.unique(sorted_scores, return_index=True, return_counts=True)
-    avg = first + (counts - 1) / 2.0 + 1.0
-    ranks[order] = np.repeat(avg, counts)
-    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
-
-
 def link_auc(
     points_a: np.ndarray,
     points_b: np.ndarray,
@@ -179,4 +158,4 @@ def link_auc(
     """
     i, j, linked = verification_pairs(np.asarray(labels), n_pairs, seed)
     diff = np.asarray(points_a, dtype=np.float64)[i] - np.asarray(points_b, dtype=np.float64)[j]
-    return roc_auc(-(diff * diff).sum(axis=1), linked)
+    return float(roc_auc_score(linked, -(diff * diff).sum(axis=1)))

@@ -39,6 +39,8 @@ __all__ = [
     "evaluate_cross_modal",
     "fit_reference",
     "hamming_maps",
+    "learn_constraint",
+    "prepared_model",
     "replay_cross_modal",
 ]
 
@@ -130,6 +132,42 @@ def fit_reference(stream: CrossModalStream, method: str, seed: int = 0) -> Canon
     return CanonicalReference(k, method, code_bits=bits).fit(xa, xb)
 
 
+def prepared_model(
+    stream: CrossModalStream, seed: int = 0, params: dict[str, Any] | None = None
+) -> CrossModalOAHU:
+    """A new cross-modal model for ``stream``'s modalities, each modality's preprocessing
+    fitted on its development items (unlabelled), as before the stream starts."""
+    names = stream.modalities
+    model = CrossModalOAHU(dict(zip(names, stream.dims, strict=True)), seed=seed, **(params or {}))
+    for m, name in enumerate(names):
+        model.prepare(name, stream.X[m][stream.dev_idx])
+    return model
+
+
+def learn_constraint(
+    model: CrossModalOAHU,
+    stream: CrossModalStream,
+    objects: Sequence[int],
+    modalities: Sequence[int],
+    kind: int,
+    similar: bool,
+) -> bool:
+    """Learn one constraint over ``stream``'s objects (a row of its ``constraints``, with its
+    ``modality`` codes, kind and flag); whether the model changed."""
+    names = stream.modalities
+    if kind == PAIR:
+        return model.learn_pair(
+            stream.X[modalities[0]][objects[0]],
+            stream.X[modalities[1]][objects[1]],
+            (names[modalities[0]], names[modalities[1]]),
+            similar,
+        )
+    return model.learn_triplet(
+        *(stream.X[modalities[j]][objects[j]] for j in range(3)),
+        tuple(names[m] for m in modalities),
+    )
+
+
 def replay_cross_modal(
     stream: CrossModalStream,
     learner: str = "oahu",
@@ -175,9 +213,7 @@ def replay_cross_modal(
             }
         return report
     names = stream.modalities
-    model = CrossModalOAHU(dict(zip(names, stream.dims, strict=True)), seed=seed, **(params or {}))
-    for m, name in enumerate(names):
-        model.prepare(name, stream.X[m][stream.dev_idx])
+    model = prepared_model(stream, seed, params)
 
     def embed(x: np.ndarray, m: int) -> np.ndarray:
         return model.embed(x, names[m])
@@ -189,19 +225,14 @@ def replay_cross_modal(
     curve, elapsed = [], 0.0
     start = time.perf_counter()
     for i in range(len(stream)):
-        objects, mods = stream.constraints[i], stream.modality[i]
-        if stream.kinds[i] == PAIR:
-            model.learn_pair(
-                stream.X[mods[0]][objects[0]],
-                stream.X[mods[1]][objects[1]],
-                (names[mods[0]], names[mods[1]]),
-                bool(stream.similar[i]),
-            )
-        else:
-            model.learn_triplet(
-                *(stream.X[mods[j]][objects[j]] for j in range(3)),
-                tuple(names[m] for m in mods),
-            )
+        learn_constraint(
+            model,
+            stream,
+            stream.constraints[i],
+            stream.modality[i],
+            stream.kinds[i],
+            bool(stream.similar[i]),
+        )
         done = i + 1
         if progress is not None and done % 1000 == 0:
             progress(done)
