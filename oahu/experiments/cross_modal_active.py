@@ -37,7 +37,7 @@ from oahu.active import (
     margins,
 )
 from oahu.checks import check_choice, check_int
-from oahu.experiments.cross_modal_replay import learn_constraint, prepared_model
+from oahu.experiments.cross_modal_replay import learn_constraint, learn_row, prepared_model
 from oahu.learners.cross_modal.learner import PAIR_THRESHOLD
 from oahu.streams.cross_modal import PAIR, TRIPLET, CrossModalStream
 
@@ -138,14 +138,7 @@ def cross_modal_oracle(
     model = prepared_model(stream, seed, params)
     dev = stream.dev_idx
     for i in range(min(INITIAL, len(stream))):
-        learn_constraint(
-            model,
-            stream,
-            stream.constraints[i],
-            stream.modality[i],
-            stream.kinds[i],
-            bool(stream.similar[i]),
-        )
+        learn_row(model, stream, i)
     rng = np.random.default_rng([seed, 0xAC7])
     used, answered = min(INITIAL, len(stream)), []
     n_dev = len(dev)

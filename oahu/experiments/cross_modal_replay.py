@@ -40,6 +40,7 @@ __all__ = [
     "fit_reference",
     "hamming_maps",
     "learn_constraint",
+    "learn_row",
     "prepared_model",
     "replay_cross_modal",
 ]
@@ -168,6 +169,18 @@ def learn_constraint(
     )
 
 
+def learn_row(model: CrossModalOAHU, stream: CrossModalStream, i: int) -> bool:
+    """Learn ``stream``'s constraint ``i``; whether the model changed."""
+    return learn_constraint(
+        model,
+        stream,
+        stream.constraints[i],
+        stream.modality[i],
+        stream.kinds[i],
+        bool(stream.similar[i]),
+    )
+
+
 def replay_cross_modal(
     stream: CrossModalStream,
     learner: str = "oahu",
@@ -225,14 +238,7 @@ def replay_cross_modal(
     curve, elapsed = [], 0.0
     start = time.perf_counter()
     for i in range(len(stream)):
-        learn_constraint(
-            model,
-            stream,
-            stream.constraints[i],
-            stream.modality[i],
-            stream.kinds[i],
-            bool(stream.similar[i]),
-        )
+        learn_row(model, stream, i)
         done = i + 1
         if progress is not None and done % 1000 == 0:
             progress(done)
