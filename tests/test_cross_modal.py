@@ -53,7 +53,7 @@ def test_code_length_hedge_discounts_the_lengths_that_ranked_wrongly():
     assert codes.observe(z[[0, 2, 1]], None).tolist() == [1.0, 1.0]
     assert codes.weights.tolist() == [0.5, 0.5]
     assert codes.chosen_bits == 8  # a tie goes to the shorter code
-    codes.log_weights[0] += np.log(0.5)  # one more mistake of the 8-bit code
+    codes.mistakes[0] += 1  # one more mistake of the 8-bit code
     assert codes.weights.tolist() == pytest.approx([1 / 3, 2 / 3])
     assert codes.chosen_bits == 16
 

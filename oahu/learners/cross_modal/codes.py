@@ -26,6 +26,7 @@ import math
 from typing import Any
 
 import numpy as np
+import torch
 
 __all__ = ["BinaryCodes", "hamming_distances", "pack_codes"]
 
@@ -102,8 +103,8 @@ class BinaryCodes:
         self._stacked = (
             rng.standard_normal((sum(self.lengths), self.n_inputs)) / math.sqrt(self.n_inputs)
         ).astype(np.float32)
-        self.log_weights = np.zeros(len(self.lengths))  # log of the hedge weights, unnormalised
-        self.mistakes = np.zeros(len(self.lengths))  # prequential mistakes per length
+        # Prequential mistakes per length; the hedge weights are β^mistakes, normalised.
+        self.mistakes = np.zeros(len(self.lengths))
 
     # ------------------------------------------------------------------ use
     @property
@@ -114,13 +115,14 @@ class BinaryCodes:
     @property
     def weights(self) -> np.ndarray:
         """Hedge weight per length (sums to 1)."""
-        w = np.exp(self.log_weights - self.log_weights.max())
+        log_weights = self.mistakes * math.log(self.beta)
+        w = np.exp(log_weights - log_weights.max())
         return w / w.sum()
 
     @property
     def chosen_bits(self) -> int:
         """The length of largest hedge weight (the shorter on a tie)."""
-        return self.lengths[int(np.argmax(np.round(self.log_weights, 12)))]
+        return self.lengths[int(np.argmin(self.mistakes))]  # the first minimum: the shortest
 
     def _index(self, bits: int | None) -> int:
         bits = self.chosen_bits if bits is None else int(bits)
@@ -167,7 +169,6 @@ class BinaryCodes:
                 share = np.count_nonzero(s[0] != s[1]) / s.shape[1]
                 out[k] = float((share > PAIR_THRESHOLD) == bool(similar))
         self.mistakes += out
-        self.log_weights += out * math.log(self.beta)
         return out
 
     def learn(
@@ -206,11 +207,11 @@ class BinaryCodes:
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> dict[str, Any]:
+        """Plain containers and tensors (what :mod:`oahu.persistence` saves)."""
         return {
             "lengths": list(self.lengths),
-            "projections": [p.copy() for p in self.projections],
-            "log_weights": self.log_weights.copy(),
-            "mistakes": self.mistakes.copy(),
+            "projections": torch.from_numpy(self._stacked.copy()),
+            "mistakes": torch.from_numpy(self.mistakes.copy()),
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -218,8 +219,5 @@ class BinaryCodes:
             raise ValueError(
                 f"codes state: lengths {tuple(state['lengths'])}, expected {self.lengths}"
             )
-        self._stacked = np.concatenate(
-            [np.asarray(p, dtype=np.float32) for p in state["projections"]]
-        )
-        self.log_weights = np.asarray(state["log_weights"], dtype=np.float64).copy()
-        self.mistakes = np.asarray(state["mistakes"], dtype=np.float64).copy()
+        self._stacked = state["projections"].numpy().astype(np.float32).copy()
+        self.mistakes = state["mistakes"].numpy().astype(np.float64).copy()

@@ -188,7 +188,6 @@ class CrossModalOAHU:
         self.constraints_seen = 0
         self.constraints_used = 0
         self.mistakes = 0.0  # prequential mistakes of the combined metric
-        self.depth_mistakes = np.zeros(n_depths)
         self.queries_only = False  # rebuilt from get_state(queries_only=True): cannot learn
 
     # ------------------------------------------------------------------ inputs
@@ -321,9 +320,7 @@ class CrossModalOAHU:
         if j < self.replay_memory:
             self._memory[j] = constraint
 
-    def _update(
-        self, batch: list[tuple[tuple[np.ndarray, ...], tuple[int, ...], bool | None]]
-    ) -> bool:
+    def _update(self, batch: list[_Held]) -> bool:
         """One SGD step on the new constraint (the batch's first) and its replayed ones."""
         # Rows of each tower: every item of its modality in the batch, in order.
         rows: list[list[np.ndarray]] = [[] for _ in self.modalities]
@@ -341,6 +338,7 @@ class CrossModalOAHU:
         }
         grads = {m: np.zeros_like(c.embeddings) for m, c in caches.items()}
         alpha = self.alpha
+        lr = self._step_size()
         changed = False
         for i, ((_, _, similar), places) in enumerate(zip(batch, where, strict=True)):
             f = [caches[m].embeddings[:, r] for m, r in places]  # each (n_depths, E)
@@ -352,24 +350,25 @@ class CrossModalOAHU:
             if i == 0:  # prequential: the new constraint, ranked before it is learned
                 changed = bool(active.any())
                 self.mistakes += combined_wrong
-                self.depth_mistakes += wrong
                 self.alpha = hedge_update(
                     alpha, wrong.astype(np.float64), self.beta, self.smoothing
                 )
-                self._observe_codes(batch[0], caches, places)
-        lr = self._step_size()
+                self._learn_codes(similar, caches, places, lr / self.learning_rate)
         for m, cache in caches.items():
             if grads[m].any():
                 self.towers[self.modalities[m]].step(cache, grads[m], lr)
         return changed
 
-    def _observe_codes(self, constraint: tuple, caches: dict, places: list) -> None:
+    def _learn_codes(
+        self, similar: bool | None, caches: dict, places: list, lr_scale: float
+    ) -> None:
+        """Rank the new constraint by every code length, then learn it, on the embeddings as
+        :meth:`embed` gives them (each depth scaled by √α)."""
         weights = np.sqrt(self.alpha).astype(np.float32)
         z = np.stack(
             [(caches[m].embeddings[:, r] * weights[:, None]).reshape(-1) for m, r in places]
         )
-        similar = constraint[2]
-        self.binary_codes.update(z, similar, self._step_size() / self.learning_rate)
+        self.binary_codes.update(z, similar, lr_scale)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(n_features={self.n_features!r}, seed={self.seed})"
@@ -393,18 +392,12 @@ class CrossModalOAHU:
             "scalers": {m: s.get_state() for m, s in self.scalers.items()},
             "towers": {m: t.state_dict() for m, t in self.towers.items()},
             "alpha": torch.from_numpy(self.alpha.copy()),
-            "codes": {
-                k: torch.from_numpy(np.asarray(v)) if k != "lengths" else v
-                for k, v in self.binary_codes.get_state().items()
-                if k != "projections"
-            }
-            | {"projections": [torch.from_numpy(p.copy()) for p in self.binary_codes.projections]},
+            "codes": self.binary_codes.get_state(),
             "counters": {
                 "constraints_seen": self.constraints_seen,
                 "constraints_used": self.constraints_used,
                 "mistakes": float(self.mistakes),
             },
-            "depth_mistakes": torch.from_numpy(self.depth_mistakes.copy()),
             "queries_only": queries_only,
         }
         if not queries_only:
@@ -440,20 +433,11 @@ class CrossModalOAHU:
         for m, tower in self.towers.items():
             tower.load_state_dict(state["towers"][m])
         self.alpha = state["alpha"].numpy().astype(np.float64).copy()
-        codes = state["codes"]
-        self.binary_codes.set_state(
-            {
-                "lengths": list(codes["lengths"]),
-                "projections": [p.numpy() for p in codes["projections"]],
-                "log_weights": codes["log_weights"].numpy(),
-                "mistakes": codes["mistakes"].numpy(),
-            }
-        )
+        self.binary_codes.set_state(state["codes"])
         counters = state["counters"]
         self.constraints_seen = int(counters["constraints_seen"])
         self.constraints_used = int(counters["constraints_used"])
         self.mistakes = float(counters["mistakes"])
-        self.depth_mistakes = state["depth_mistakes"].numpy().astype(np.float64).copy()
         self.queries_only = bool(state.get("queries_only", False))
         self._memory = [
             (
