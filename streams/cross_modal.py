@@ -279,7 +279,7 @@ class CrossModalStream:
         and naming the reader of a single-modality stream file given instead."""
         arrays = read_npz_arrays(path)
         if "format" not in arrays and ("kind" in arrays or "X" in arrays):
-            raise ValueError(single_modality_refusal(path))
+            raise single_modality_refusal(path)
         missing = [key for key in _NPZ_KEYS if key not in arrays]
         if missing:
             raise ValueError(f"{path}: missing field(s) {', '.join(missing)}")

@@ -155,7 +155,7 @@ class _Reader:
             raise self.fail(lineno, "expected a JSON object")
         kind = record.get("type")
         if self.header is None and kind == "header" and "format" not in record:
-            raise ValueError(single_modality_refusal(self.path))
+            raise single_modality_refusal(self.path)
         expected = ("header",) if self.header is None else ("item", "pair", "triplet")
         check_fields(record, lineno, expected, _SCHEMA, self.fail)
         if kind == "header":

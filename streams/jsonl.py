@@ -239,7 +239,7 @@ class _Reader:
             raise self.fail(lineno, "expected a JSON object")
         kind = record.get("type")
         if kind == "header" and self.header is None and record.get("format") == CROSS_MODAL_FORMAT:
-            raise ValueError(cross_modal_refusal(self.path))
+            raise cross_modal_refusal(self.path)
         check_fields(record, lineno, self._expected_types(), _SCHEMA, self.fail)
         getattr(self, f"_check_{kind}")(record, lineno)
         return record

@@ -374,7 +374,7 @@ class ConstraintStream:
         """Read a stream written by :meth:`save`; ``ValueError`` naming the field if invalid."""
         arrays = read_npz_arrays(path)
         if "format" in arrays and str(arrays["format"]) == CROSS_MODAL_FORMAT:
-            raise ValueError(cross_modal_refusal(path))
+            raise cross_modal_refusal(path)
         missing = [key for key in _NPZ_KEYS if key not in arrays]
         if missing:
             raise ValueError(f"{path}: missing field(s) {', '.join(missing)}")

@@ -23,7 +23,7 @@ from oahu.settings import parse_settings
 from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.datasets import load_dataset
 from oahu.streams.groupings import Grouping
-from oahu.streams.stream_families import cross_modal_refusal
+from oahu.streams.stream_families import OtherStreamFamily
 from oahu.streams.stream_file import ConstraintStream, load_stream
 
 DEFAULT_BATCH = 100  # questions per round of --oracle
@@ -239,12 +239,10 @@ def load_or_build_stream(args: argparse.Namespace, kind: str) -> ConstraintStrea
                 raise ValueError(f"{option}: only with --dataset (the stream file has its own)")
         try:
             return load_stream(args.stream)
-        except ValueError as exc:
-            if str(exc) == cross_modal_refusal(args.stream):
-                raise ValueError(
-                    f"--stream {args.stream}: a cross-modal stream; replay it with --cross-modal"
-                ) from None
-            raise
+        except OtherStreamFamily:
+            raise ValueError(
+                f"--stream {args.stream}: a cross-modal stream; replay it with --cross-modal"
+            ) from None
     return build_stream(
         args.dataset or "digits",
         args.constraints,
