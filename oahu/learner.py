@@ -94,7 +94,9 @@ class Capabilities:
     ``combines_parameters``: copies of it that learned different constraints from one start can
     be combined into one model (``Learner.combine_values`` and ``Learner.set_combined_values``,
     implemented by ``_averaged_values`` and ``_set_averaged_values``): what a learning group of
-    several processes needs (:mod:`oahu.service.group`).
+    several processes needs (:mod:`oahu.service.group`). ``cross_modal``: its items belong to
+    modalities, each with its own input dimension, and it learns a constraint with the modality
+    of each item (``CrossModalOAHU.learn_pair`` and ``learn_triplet``), not through ``learn``.
 
     >>> caps = Capabilities(constraint_kinds=("pair", "triplet"))
     >>> caps.protocol_kind, caps.learns("triplet"), caps.learns("quadruplet")
@@ -106,6 +108,7 @@ class Capabilities:
     diagnostics: tuple[Diagnostic, ...] = ()
     detects_drift: bool = False
     combines_parameters: bool = False
+    cross_modal: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.constraint_kinds) - set(_LEARN_HOOKS)

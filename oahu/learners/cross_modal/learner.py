@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections import Counter
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from oahu.checks import check_int, check_number
+from oahu.learner import Capabilities, Diagnostic, MetricKind
 from oahu.learners.cross_modal.codes import BinaryCodes
 from oahu.learners.oahu.config import OAHUConfig
 from oahu.learners.oahu.hedge import hedge_update
@@ -113,7 +115,21 @@ class CrossModalOAHU:
     (3, 4)
     """
 
-    name = "oahu-cross-modal"
+    name: ClassVar[str] = "oahu-cross-modal"
+    # What the service reads to learn, report and export it, as it reads a Learner's.
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        constraint_kinds=("pair", "triplet"),
+        diagnostics=(
+            Diagnostic(
+                "prequential_accuracy",
+                "Share of constraints the combined metric ranked rightly before learning them.",
+            ),
+            Diagnostic("code_bits", "The binary code length the hedge over lengths chooses."),
+        ),
+        cross_modal=True,
+    )
+    metric: ClassVar[MetricKind] = "l2"
+    drift = None  # no drift detector watches a cross-modal model
 
     def __init__(
         self,
@@ -254,6 +270,27 @@ class CrossModalOAHU:
         return self.binary_codes.encode(self.embed(x, modality), bits)
 
     # ------------------------------------------------------------------ learning
+    def learn_one(
+        self, kind: str, items: Sequence[Any], modalities: Sequence[str], similar: Any = None
+    ) -> bool:
+        """Learn one constraint of ``kind`` ("pair": ``similar`` says whether its two items are
+        linked; "triplet": anchor, positive, negative), its ``items`` in role order with the
+        modality of each; return whether the model changed.
+
+        >>> rng = np.random.default_rng(1)
+        >>> model = CrossModalOAHU({"a": 3, "b": 2}, embedding_dim=2, hidden_width=4)
+        >>> model.prepare("a", rng.normal(size=(20, 3)))
+        >>> model.prepare("b", rng.normal(size=(20, 2)))
+        >>> _ = model.learn_one("triplet", [[1, 0, 0], [0, 1], [1, 1]], ("a", "b", "b"))
+        >>> model.constraints_seen, model.updates
+        (1, 1)
+        """
+        if kind == "pair":
+            return self.learn_pair(items[0], items[1], tuple(modalities), bool(similar))
+        if kind == "triplet":
+            return self.learn_triplet(items[0], items[1], items[2], tuple(modalities))
+        raise ValueError(f"kind: one of {self.capabilities.constraint_kinds}, got {kind!r}")
+
     def _step_size(self) -> float:
         decay = 1.0
         if self.lr_decay:
@@ -455,3 +492,53 @@ class CrossModalOAHU:
     def prequential_accuracy(self) -> float:
         """Share of constraints the combined metric ranked rightly before learning them."""
         return 1.0 - self.mistakes / self.constraints_seen if self.constraints_seen else 0.0
+
+    # One constraint, one update (strict mode): the counters the service reports for every
+    # learner, with nothing ever skipped (inputs are checked before they are learned).
+    skipped: ClassVar[Counter[str]] = Counter()
+
+    @property
+    def updates(self) -> int:
+        return self.constraints_seen
+
+    @property
+    def constraints_learned(self) -> int:
+        return self.constraints_seen
+
+    @property
+    def utilization(self) -> float:
+        return self.constraints_used / self.constraints_seen if self.constraints_seen else 0.0
+
+    @property
+    def drift_events(self) -> list[Any]:
+        return []
+
+    def diagnostics(self) -> dict[str, float | list[float]]:
+        """The declared diagnostics (``capabilities.diagnostics``) by name."""
+        return {
+            "prequential_accuracy": self.prequential_accuracy,
+            "code_bits": float(self.chosen_bits),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """Counters, hedge weights and modalities as plain JSON-able values.
+
+        >>> CrossModalOAHU({"a": 3, "b": 2}).summary()["modalities"]
+        {'a': 3, 'b': 2}
+        """
+        return {
+            "learner": self.name,
+            "modalities": dict(self.n_features),
+            "constraints_seen": self.constraints_seen,
+            "constraints_learned": self.constraints_learned,
+            "constraints_used": self.constraints_used,
+            "updates": self.updates,
+            "skipped": {},
+            "utilization": self.utilization,
+            "alpha": [float(a) for a in self.alpha],
+            "code_bits": self.chosen_bits,
+            "code_weights": self.binary_codes.weights.tolist(),
+            "drift_detector": "none",
+            "drift_detected": {},
+            "drift_events": [],
+        }
