@@ -10,7 +10,10 @@ Three kinds of file:
   dead letters.
 
 Every kind reads the same way: a stream file of quadruplets (label-hierarchy streams,
-``streams/FORMAT.md``) yields binary quadruplet messages, one per constraint.
+``streams/FORMAT.md``) yields binary quadruplet messages, one per constraint. A cross-modal
+stream file (either format, ``oahu.streams.cross_modal``) yields version-2 messages that name
+each item's modality, pairs and triplets in file order; its items, one store per modality, are
+handed out by :meth:`FileSource.modal_items`.
 
 Records come as binary messages with items by id (the stream's item indices), so the service
 decodes files and Kafka the same way; the offset of a record is its constraint index. A stream
@@ -20,6 +23,7 @@ item store that resolves those ids.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Generator, Mapping
@@ -31,8 +35,10 @@ import numpy as np
 from oahu.checks import check_int
 from oahu.connectors.messages import encode_constraints
 from oahu.connectors.source import PartitionCallback, SourceRecord
+from oahu.streams.cross_modal import PAIR, CrossModalStream, load_cross_modal_stream
 from oahu.streams.image_shape import check_image_shape
 from oahu.streams.jsonl import CONSTRAINT_FIELDS
+from oahu.streams.stream_families import CROSS_MODAL_FORMAT, OtherStreamFamily
 from oahu.streams.stream_file import iter_jsonl, load_stream
 
 
@@ -85,17 +91,31 @@ class FileSource:
         self._on_assign: PartitionCallback | None = None
         self._assigned = False
         self.kind: str | None = None  # known once the stream's header is read
-        if self.path.suffix == ".npz":
-            self._stream = load_stream(self.path)
+        self.cross_modal: CrossModalStream | None = None  # the stream, for a cross-modal file
+        header = None if self.path.suffix == ".npz" else _stream_jsonl_header(self.path)
+        if self.path.suffix == ".npz" or (header or {}).get("format") == CROSS_MODAL_FORMAT:
+            try:
+                self._stream = load_stream(self.path)
+            except OtherStreamFamily as refusal:
+                if not refusal.cross_modal:
+                    raise
+                self._open_cross_modal()
+                return
             self.kind = self._stream.kind
             self._constraints, self._similar = self._stream.constraints, self._stream.similar
             self._total: int | None = len(self._stream)
             self._lines: Generator[bytes, None, None] | None = None
         else:
-            self._header = _stream_jsonl_header(self.path)
+            self._header = header
             self._stream_jsonl = self._header is not None
             self._total = None
             self._lines = self._open_lines()
+
+    def _open_cross_modal(self) -> None:
+        stream = self.cross_modal = load_cross_modal_stream(self.path)
+        self.kind = "cross-modal"
+        self._total, self._lines = len(stream), None
+        self._constraints, self._similar = stream.constraints, stream.similar
 
     # ------------------------------------------------------------------ reading
     @property
@@ -124,6 +144,8 @@ class FileSource:
 
     def items(self) -> StreamItems | None:
         """The stream file's items, or None for a file of messages (which carries none)."""
+        if self.cross_modal is not None:
+            return None  # one store per modality: modal_items()
         if self._lines is None:
             stream = self._stream
         elif self._stream_jsonl:
@@ -132,10 +154,24 @@ class FileSource:
             return None
         return StreamItems(np.arange(stream.n_items), stream.X, stream.y)
 
+    def modal_items(self) -> dict[str, StreamItems] | None:
+        """A cross-modal stream file's items by modality (each object's features in that
+        modality, ids the object indices), or None for any other file."""
+        stream = self.cross_modal
+        if stream is None:
+            return None
+        ids = np.arange(stream.n_objects)
+        return {
+            m: StreamItems(ids, x, stream.y)
+            for m, x in zip(stream.modalities, stream.X, strict=True)
+        }
+
     @property
     def image_shape(self) -> tuple[int, int] | None:
         """(height, width) of the stream file's items when they are images (the stream's
         ``image_shape``), else None; None for a file of messages."""
+        if self.cross_modal is not None:
+            return None
         if self._lines is None:
             return self._stream.image_shape
         if self._header is None:
@@ -174,9 +210,33 @@ class FileSource:
         assert self.kind is not None
         return encode_constraints(self.kind, ids=ids, similar=similar)
 
+    def _cross_modal_values(self, start: int, stop: int) -> list[bytes]:
+        """Version-2 messages of constraints ``start`` to ``stop``, a run of one kind at a time."""
+        stream = self.cross_modal
+        assert stream is not None
+        names = np.array(stream.modalities)
+        values: list[bytes] = []
+        kinds = stream.kinds[start:stop]
+        if not len(kinds):
+            return values
+        bounds = [0, *(np.flatnonzero(np.diff(kinds)) + 1).tolist(), len(kinds)]
+        for a, b in itertools.pairwise(bounds):
+            rows = slice(start + a, start + b)
+            pair = kinds[a] == PAIR
+            width = 2 if pair else 3
+            values += encode_constraints(
+                "pair" if pair else "triplet",
+                ids=stream.constraints[rows, :width],
+                similar=stream.similar[rows] if pair else None,
+                modalities=names[stream.modality[rows, :width]],
+            )
+        return values
+
     def _read(self, n: int) -> list[bytes]:
         if self._lines is None:  # .npz: encode the next window in one step
             stop = min(self._position + n, len(self._constraints))
+            if self.cross_modal is not None:
+                return self._cross_modal_values(self._position, stop)
             similar = None if self._similar is None else self._similar[self._position : stop]
             return self._encode(self._constraints[self._position : stop], similar)
         values: list[bytes] = []
