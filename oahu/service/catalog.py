@@ -31,6 +31,7 @@ from oahu.connectors.file_source import FileSource
 from oahu.service.config import ServiceConfig
 from oahu.service.item_store import ItemStore, as_ids
 from oahu.streams.atomic import atomic_open
+from oahu.streams.stream_families import OtherStreamFamily
 
 __all__ = ["OVERLAY_FILE", "Catalog", "ItemChange", "base_items"]
 
@@ -282,9 +283,16 @@ def base_items(
     file's, so that the serving process knows when its items are images.
 
     Both processes assemble their item store with it, so the learner resolves the ids that
-    queries name the same way.
+    queries name the same way. A cross-modal stream file (source or ``--items``) brings no items
+    here: they are held by modality (:mod:`oahu.service.modal_items`).
     """
-    items = ItemStore.load(config.items) if config.items else ItemStore()
+    items = ItemStore()
+    if config.items:
+        try:
+            items = ItemStore.load(config.items)
+        except OtherStreamFamily as refusal:
+            if not refusal.cross_modal:
+                raise  # a cross-modal file's items are held by modality: ModalItems
     if config.is_kafka:
         return items, None
     if source is None:

@@ -36,6 +36,7 @@ import torch
 from prometheus_client.metrics_core import Metric
 
 from oahu.connectors.answered import QUESTION_KEY, question_of
+from oahu.connectors.constraint import ConstraintBatch
 from oahu.connectors.dead_letter import (
     CRASH_LOOP,
     DUPLICATE_ANSWER,
@@ -56,6 +57,7 @@ from oahu.service.checkpoints import (
     write_checkpoint,
 )
 from oahu.service.config import ServiceConfig
+from oahu.service.learning.cross_modal import learn_cross_modal
 from oahu.service.learning.in_flight import (
     CRASH_LOOP_STRIKES,
     InFlight,
@@ -65,6 +67,7 @@ from oahu.service.learning.in_flight import (
 from oahu.service.learning.modalities import single_modality
 from oahu.service.learning.resolve import ResolvedBatch, resolve_batch
 from oahu.service.metrics import LearningMetrics
+from oahu.service.modal_items import ModalItems
 from oahu.service.status import model_status
 
 log = logging.getLogger(__name__)
@@ -108,6 +111,10 @@ class ConsumerLoop:
     The records in flight are named in the checkpoint directory (:mod:`.in_flight`): after a
     crash they are learned one at a time, and one that crashes the learner again and again is
     dead-lettered as ``crash_loop``.
+
+    ``modal_items``: the items by modality of a cross-modal model (``learner`` then declares
+    ``capabilities.cross_modal``), against which its constraints resolve
+    (:mod:`.cross_modal`); ``catalog`` then holds no items.
     """
 
     def __init__(
@@ -122,7 +129,14 @@ class ConsumerLoop:
         progress: Progress,
         fell_back: bool = False,
         start_state: bytes | None = None,
+        modal_items: ModalItems | None = None,
     ) -> None:
+        if learner.capabilities.cross_modal != (modal_items is not None):
+            raise ValueError(
+                f"modal_items: a cross-modal model learns from items by modality, and only it; "
+                f"learner {learner.name!r} with {'no ' if modal_items is None else ''}modal items"
+            )
+        self.modal_items = modal_items
         self.config = config
         self.learner = learner
         self.source = source
@@ -248,6 +262,9 @@ class ConsumerLoop:
         decoded = decode_batch([r.value for r in records])
         errors = list(decoded.errors)
         for decoded_batch in decoded.batches:
+            if self.modal_items is not None:
+                letters.extend(self._learn_cross_modal(decoded_batch, records, errors))
+                continue
             batch, refused = single_modality(decoded_batch, self.learner.name)
             letters.extend(
                 DeadLetter.of(records[i], UNSUPPORTED_MODALITY, detail) for i, detail in refused
@@ -260,6 +277,21 @@ class ConsumerLoop:
                 letters.extend(self._learn(resolved, records))
         letters.extend(DeadLetter.from_error(error, records[i]) for i, error in errors)
         return sorted(letters, key=lambda letter: (letter.partition, letter.offset))
+
+    def _learn_cross_modal(
+        self, batch: ConstraintBatch, records: list[SourceRecord], errors: list
+    ) -> list[DeadLetter]:
+        """Learn ``batch`` with the cross-modal model; its refused rows' letters (decode
+        errors go to ``errors``, dead-lettered with the others)."""
+        assert self.modal_items is not None
+        started = time.perf_counter()
+        out = learn_cross_modal(self.learner, batch, self.modal_items)  # type: ignore[arg-type]
+        if out.learned:
+            self.metrics.update_seconds.observe((time.perf_counter() - started) / out.learned)
+        self.metrics.learned.inc(out.learned)
+        self.metrics.used.inc(out.used)
+        errors.extend(out.errors)
+        return [DeadLetter.of(records[i], reason, detail) for i, reason, detail in out.refused]
 
     def _drop_repeated_answers(
         self, records: list[SourceRecord]

@@ -39,6 +39,7 @@ from oahu.service.learning.consumer import ConsumerLoop
 from oahu.service.learning.link import ParentLink, ReindexSchedule, listen
 from oahu.service.messages import EXIT_ORPHANED, STOP_SIGNALS, Start
 from oahu.service.metrics import LearningMetrics
+from oahu.service.modal_items import ModalItems, cross_modal_stream
 from oahu.threads import use_native_threads
 
 log = logging.getLogger("oahu.service")
@@ -115,20 +116,41 @@ def build_loop(
     ``fell_back``: the progress is an earlier checkpoint's than the latest, ``start_state`` the
     learner's bytes (both from ``Start``)."""
     source: Source
+    cross_modal = None
     if config.is_kafka:
         source = kafka_source(config)
         items, _ = base_items(config)
+        cross_modal = cross_modal_stream(config) if learner.capabilities.cross_modal else None
     else:
         stream = FileSource(config.file_path())
         items, _ = base_items(config, stream)  # the file is read once
+        cross_modal = stream.cross_modal
         # people's answers (the console) arrive in a log of their own, beside the finished file
         source = WithAnswers(stream, Path(config.checkpoint_dir) / ANSWERS_FILE)
+    modal_items = None
+    if learner.capabilities.cross_modal:
+        if cross_modal is None:
+            raise ValueError(
+                f"learner: {learner.name!r} learns items by modality, from a cross-modal stream "
+                f"file (the source's, or --items with Kafka), and {config.source} brings none"
+            )
+        modal_items = ModalItems.from_stream(cross_modal)
     # the API's changes go on top, from the overlay file and then as they are made
     catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
     metrics = LearningMetrics.of(learner)
     sink = dead_letter_sink(config)
     return ConsumerLoop(
-        config, learner, source, catalog, sink, link, metrics, progress, fell_back, start_state
+        config,
+        learner,
+        source,
+        catalog,
+        sink,
+        link,
+        metrics,
+        progress,
+        fell_back,
+        start_state,
+        modal_items,
     )
 
 

@@ -1,0 +1,104 @@
+"""The items of a cross-modal service: an item store and a gallery per modality.
+
+A service learns a cross-modal model (``CrossModalOAHU``) when its items come from a cross-modal
+stream file (:mod:`oahu.streams.cross_modal`): the stream file it reads, or with a Kafka source
+the file given as ``--items``. Every object of that file is an item of each modality, by the
+same id (its index) in each; the development objects, with their labels, are each modality's
+gallery. Constraints name items by id and modality, and queries name the modality they search
+from and the one they search in, so an id means nothing without its modality.
+
+Both processes of the service build the same :class:`ModalItems` from the same file: the learner
+process resolves the ids constraints name, the serving process those queries name and indexes
+the galleries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from oahu.learners.cross_modal.learner import CrossModalOAHU
+from oahu.service.config import ServiceConfig
+from oahu.service.item_store import ItemStore
+from oahu.streams.cross_modal import CrossModalStream, load_cross_modal_stream
+from oahu.streams.stream_families import OtherStreamFamily
+
+__all__ = ["ModalItems", "cross_modal_stream", "new_cross_modal_model"]
+
+
+def cross_modal_stream(config: ServiceConfig) -> CrossModalStream | None:
+    """The cross-modal stream file whose items the service holds: the source's file, else (a
+    Kafka source) ``--items``; None when that file is a single-modality one, or there is none.
+
+    A cross-modal model cannot be given its items any other way: it needs each modality's
+    dimension, and items to fit each modality's preprocessing on, before the first constraint.
+    """
+    path = config.items if config.is_kafka else config.file_path()
+    if path is None:
+        return None
+    try:
+        return load_cross_modal_stream(path)
+    except OtherStreamFamily as refusal:
+        if refusal.cross_modal:
+            raise
+        return None
+    except ValueError:
+        if config.is_kafka:  # an .npz of items (ids, X, y) is no stream file of either family
+            return None
+        raise
+
+
+@dataclass(frozen=True)
+class ModalItems:
+    """Item stores and galleries by modality (one ``ItemStore`` each).
+
+    >>> from oahu.streams.cross_modal import PAIR
+    >>> stream = CrossModalStream(
+    ...     ("img", "txt"), (np.eye(3, dtype=np.float32), np.ones((3, 2), np.float32)),
+    ...     y=[0, 0, 1], dev_idx=[0, 1], test_idx=[2], constraints=[[0, 1, -1]],
+    ...     modality=[[0, 1, -1]], kinds=[PAIR], similar=[True])
+    >>> items = ModalItems.from_stream(stream)
+    >>> items.dims, len(items.stores["txt"]), items.galleries["img"].snapshot()[0]
+    ({'img': 3, 'txt': 2}, 3, ['0', '1'])
+    >>> items.lookup("img", ["2", "7"])[1].tolist()
+    [True, False]
+    """
+
+    stores: dict[str, ItemStore]
+    galleries: dict[str, ItemStore]
+
+    @classmethod
+    def from_stream(cls, stream: CrossModalStream) -> ModalItems:
+        stores, galleries = {}, {}
+        ids = np.arange(stream.n_objects)
+        for name, x in zip(stream.modalities, stream.X, strict=True):
+            stores[name] = ItemStore(dim=x.shape[1])
+            stores[name].add(ids, x, stream.y)
+            galleries[name] = ItemStore(dim=x.shape[1])
+            galleries[name].add(stream.dev_idx, x[stream.dev_idx], stream.y[stream.dev_idx])
+        return cls(stores, galleries)
+
+    @property
+    def modalities(self) -> tuple[str, ...]:
+        return tuple(self.stores)
+
+    @property
+    def dims(self) -> dict[str, int]:
+        """Each modality's feature dimension."""
+        return {m: int(store.dim or 0) for m, store in self.stores.items()}
+
+    def lookup(self, modality: str, ids: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Features of ``ids`` in ``modality`` and a bool mask of the ids found (the rows of the
+        others are zero)."""
+        return self.stores[modality].get_many(ids)
+
+
+def new_cross_modal_model(items: ModalItems, seed: int = 0) -> CrossModalOAHU:
+    """A new cross-modal model for ``items``' modalities, each modality's preprocessing fitted
+    on its gallery's items (unlabelled), as ``oahu replay --cross-modal`` prepares one."""
+    model = CrossModalOAHU(items.dims, seed=seed)
+    for name, gallery in items.galleries.items():
+        model.prepare(name, gallery.snapshot()[1])
+    return model
