@@ -43,7 +43,9 @@ from oahu.service.console import add_console
 from oahu.service.console.answer_sinks import AnswerSink
 from oahu.service.console.history import LearningHistory
 from oahu.service.metrics import ServiceMetrics
+from oahu.service.modal_items import ModalItems
 from oahu.service.serving.answering import ask, neighbour_lists
+from oahu.service.serving.cross_modal import add_cross_modal_routes
 from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
 from oahu.service.serving.inputs import (
     INT64_MAX,
@@ -132,6 +134,8 @@ class ServiceView:
     history: LearningHistory  # the learner's reports, for the console's curves
     answers: AnswerSink
     read_only: str | None = None  # why writes are refused (a replica), None where they are not
+    # a cross-modal model's items by modality (its queries name from/to), None for one modality
+    modal_items: ModalItems | None = None
 
 
 async def ask_suggester(view: ServiceView, request: SuggestRequest) -> SuggestAnswer:
@@ -167,6 +171,93 @@ def create_app(view: ServiceView) -> FastAPI:
     config = view.config
     app.add_middleware(BodySizeLimit, max_bytes=config.max_request_bytes)
     app.add_middleware(RequestMetrics, metrics=view.metrics)
+    if view.modal_items is None:
+        _add_single_modality_routes(app, view)
+    else:
+        add_cross_modal_routes(
+            app,
+            view.modal_items,
+            lambda: view.publisher.current,  # type: ignore[arg-type,return-value]
+            config.k,
+            config.max_batch_items,
+        )
+
+    @app.get("/v1/model", summary="Learner, hedge weights, counters, stream and checkpoint")
+    def model() -> dict[str, Any]:
+        status = dict(view.status())
+        written = status.get("checkpoint", {}).get("written_at")
+        status["checkpoint"] = {
+            **status.get("checkpoint", {}),
+            "age_seconds": time.time() - written if written else None,
+        }
+        snap = view.publisher.current
+        status["snapshot"] = (
+            None
+            if snap is None
+            else {
+                **snap.meta(),
+                "created": snap.created,
+                "gallery_items": len(snap.gallery_ids),
+            }
+        )
+        status["snapshot_error"] = view.publisher.error  # why the latest build failed, if it did
+        status["learning"] = view.learning()
+        status["items"] = {
+            "store": len(view.catalog.items),
+            "gallery": len(view.catalog.gallery),
+            "version": view.catalog.version,
+        }
+        if view.modal_items is not None:
+            status["items"]["modalities"] = {
+                m: {"store": len(store), "gallery": len(view.modal_items.galleries[m])}
+                for m, store in view.modal_items.stores.items()
+            }
+        return status
+
+    @app.get(
+        "/healthz",
+        summary="Liveness: the query worker answers (a failed learner process is restarted and "
+        "said in /readyz)",
+        responses={500: {"description": "the query worker is gone"}},
+    )
+    def healthz() -> JSONResponse:
+        ok = view.healthy()
+        return JSONResponse({"status": "ok" if ok else "failed"}, status_code=200 if ok else 500)
+
+    @app.get(
+        "/readyz",
+        summary="Readiness: a model snapshot published and, while a learner process runs, its "
+        "source connected and its reports coming",
+        responses={503: {"description": "not ready: see causes, checks and snapshot_error"}},
+    )
+    def readyz() -> JSONResponse:
+        causes = view.readiness()
+        ok = all(cause is None for cause in causes.values())
+        view.metrics.ready.set(1 if ok else 0)
+        body = {
+            "ready": ok,
+            "checks": {name: cause is None for name, cause in causes.items()},
+            "causes": {name: cause for name, cause in causes.items() if cause is not None},
+            "snapshot_error": view.publisher.error,
+            "learning": view.learning(),
+        }
+        return JSONResponse(body, status_code=200 if ok else 503)
+
+    if view.modal_items is None:  # the console draws one modality's items and questions
+        add_console(app, view)
+
+    @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
+    def metrics() -> Response:
+        view.metrics.ready.set(1 if all(c is None for c in view.readiness().values()) else 0)
+        view.metrics.store_items.set(len(view.catalog.items))
+        return Response(view.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def _add_single_modality_routes(app: FastAPI, view: ServiceView) -> None:
+    """The query, suggestion and item endpoints of a service whose model reads one modality."""
+    config = view.config
     # What a body may hold (ids, finite numbers, n_features per vector, max_batch_items per
     # request) is checked by these models; the handlers check only what needs the service's
     # state (unknown ids, duplicates, labels for the gallery).
@@ -319,72 +410,6 @@ def create_app(view: ServiceView) -> FastAPI:
         view.publisher.gallery_changed()
         view.items_synced(version)
         return {"removed": removed, "items_version": version}
-
-    @app.get("/v1/model", summary="Learner, hedge weights, counters, stream and checkpoint")
-    def model() -> dict[str, Any]:
-        status = dict(view.status())
-        written = status.get("checkpoint", {}).get("written_at")
-        status["checkpoint"] = {
-            **status.get("checkpoint", {}),
-            "age_seconds": time.time() - written if written else None,
-        }
-        snap = view.publisher.current
-        status["snapshot"] = (
-            None
-            if snap is None
-            else {
-                **snap.meta(),
-                "created": snap.created,
-                "gallery_items": len(snap.gallery_ids),
-            }
-        )
-        status["snapshot_error"] = view.publisher.error  # why the latest build failed, if it did
-        status["learning"] = view.learning()
-        status["items"] = {
-            "store": len(view.catalog.items),
-            "gallery": len(view.catalog.gallery),
-            "version": view.catalog.version,
-        }
-        return status
-
-    @app.get(
-        "/healthz",
-        summary="Liveness: the query worker answers (a failed learner process is restarted and "
-        "said in /readyz)",
-        responses={500: {"description": "the query worker is gone"}},
-    )
-    def healthz() -> JSONResponse:
-        ok = view.healthy()
-        return JSONResponse({"status": "ok" if ok else "failed"}, status_code=200 if ok else 500)
-
-    @app.get(
-        "/readyz",
-        summary="Readiness: a model snapshot published and, while a learner process runs, its "
-        "source connected and its reports coming",
-        responses={503: {"description": "not ready: see causes, checks and snapshot_error"}},
-    )
-    def readyz() -> JSONResponse:
-        causes = view.readiness()
-        ok = all(cause is None for cause in causes.values())
-        view.metrics.ready.set(1 if ok else 0)
-        body = {
-            "ready": ok,
-            "checks": {name: cause is None for name, cause in causes.items()},
-            "causes": {name: cause for name, cause in causes.items() if cause is not None},
-            "snapshot_error": view.publisher.error,
-            "learning": view.learning(),
-        }
-        return JSONResponse(body, status_code=200 if ok else 503)
-
-    add_console(app, view)
-
-    @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
-    def metrics() -> Response:
-        view.metrics.ready.set(1 if all(c is None for c in view.readiness().values()) else 0)
-        view.metrics.store_items.set(len(view.catalog.items))
-        return Response(view.metrics.render(), media_type=CONTENT_TYPE_LATEST)
-
-    return app
 
 
 def write_guards(view: ServiceView) -> list[Any]:

@@ -19,6 +19,7 @@ from typing import Any
 from kafka import KafkaProducer
 
 from oahu.learner import Learner
+from oahu.learners.cross_modal.learner import CrossModalOAHU
 from oahu.persistence import learner_to_bytes
 from oahu.registry import make_learner
 from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemChange, base_items
@@ -34,8 +35,10 @@ from oahu.service.item_store import ItemStore
 from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
+from oahu.service.modal_items import ModalItems, cross_modal_stream, new_cross_modal_model
 from oahu.service.serving.api import ServiceView, create_app
 from oahu.service.serving.collector import CollectorPauses
+from oahu.service.serving.cross_modal import build_cross_modal_snapshot
 from oahu.service.serving.http_server import base_url, start_http
 from oahu.service.serving.inputs import SUGGEST_STRATEGIES
 from oahu.service.serving.model_publishing import ModelPublisher
@@ -82,6 +85,28 @@ def initial_items(config: ServiceConfig) -> tuple[ItemStore, ItemStore]:
     return items, gallery
 
 
+def check_cross_modal_config(config: ServiceConfig) -> None:
+    """``ValueError`` naming the setting a cross-modal service does not take: its stream is
+    learned by oahu's cross-modal model, with that model's defaults, in one learner process,
+    and served by this process only."""
+    given = {
+        "learner": config.learner != "oahu",
+        "learner_params": bool(config.learner_params),
+        "preset": config.preset is not None,
+        "self_paced": config.self_paced,
+        "learners": config.learners != 1,
+        "publish_model": config.publish_model is not None,
+        "suggest_topic": config.suggest_topic is not None,
+    }
+    for name, set_ in given.items():
+        if set_:
+            raise ValueError(
+                f"{name}: {getattr(config, name)!r} is not taken with a cross-modal stream, "
+                f"which oahu's cross-modal model ({CrossModalOAHU.name!r}) learns with its "
+                "defaults, in one learner process, served by this process (docs/cross-modal.md)"
+            )
+
+
 class Service:
     """A configured, not yet started service; ``run()`` serves until stopped.
 
@@ -109,6 +134,11 @@ class Service:
             config.check_kafka_options()
         items, gallery = initial_items(config)
         self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
+        cross_modal = cross_modal_stream(config)
+        # a cross-modal stream's items, by modality: the model is then a cross-modal one
+        self.modal_items = None if cross_modal is None else ModalItems.from_stream(cross_modal)
+        if self.modal_items is not None:
+            check_cross_modal_config(config)
         self.learner, progress, fell_back = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
         self._show_checkpoint_metrics(self.learner, progress, fell_back)
@@ -124,12 +154,19 @@ class Service:
                 config.kafka_options(KafkaProducer),
             )
         )
+        modal_items = self.modal_items
         self.publisher = SnapshotPublisher(
             self.catalog,
             self.metrics,
             config.index,
             config.ivf_nprobe,
             on_published=self.model_publisher and self.model_publisher.snapshot_published,
+            follow_gallery=modal_items is None,
+            build=None
+            if modal_items is None
+            else lambda state, version, rest: build_cross_modal_snapshot(
+                state, modal_items, version, rest
+            ),
         )
         self.history = LearningHistory()  # the console's curve, from the checkpoint on
         first = self._learner_process(self.learner, progress, fell_back)
@@ -164,15 +201,18 @@ class Service:
         an earlier checkpoint than the latest (``restore_checkpoint`` fell back)."""
         config = self.config
         restored = restore_checkpoint(path)
+        expected = config.learner if self.modal_items is None else CrossModalOAHU.name
         if restored is not None:
             learner, progress = restored.learner, restored.progress
-            if learner.name != config.learner:
+            if learner.name != expected:
                 raise ValueError(
                     f"learner: {restored.path} holds a {learner.name!r} model, not "
-                    f"{config.learner!r}; use another --checkpoint-dir or --learner"
+                    f"{expected!r}; use another --checkpoint-dir or --learner"
                 )
             log.info("restored %s: %d constraints consumed", restored.path, progress.consumed)
             return learner, progress, restored.fell_back
+        if self.modal_items is not None:
+            return new_cross_modal_model(self.modal_items, config.seed), Progress(), False
         n_features = config.n_features or self.catalog.dim
         if n_features is None:
             raise ValueError(
@@ -247,7 +287,7 @@ class Service:
         config = self.config
         return ServiceView(
             config=config,
-            n_features=self.learner.n_features,
+            n_features=0 if self.modal_items is not None else self.learner.n_features,
             engine=self.engine,
             suggester=self.suggester,
             publisher=self.publisher,
@@ -260,6 +300,7 @@ class Service:
             items_synced=self._items_synced,
             history=self.history,
             answers=self.answers,
+            modal_items=self.modal_items,
         )
 
     def _items_synced(self, version: int) -> None:

@@ -58,6 +58,8 @@ BUILDER_NICENESS = 10
 RETRY_FIRST_SECONDS = 1.0
 RETRY_MAX_SECONDS = 60.0
 GalleryArrays = tuple[int, list[str], np.ndarray, np.ndarray]  # version, ids, X, y
+# (the model's bytes or the model, version, rest) -> a snapshot with Snapshot's common fields
+SnapshotBuild = Callable[[Any, int, Callable[[float], None]], Any]
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,9 @@ class SnapshotPublisher:
     replicas). A serving replica numbers its snapshots as the learner service did
     (``submit(state, version)``) and builds one only for a new model (``follow_gallery`` off):
     one number, one model and one gallery everywhere. ``build_share``: the most of a core the
-    builder takes between builds (``REPLICA_BUILD_SHARE`` on a replica).
+    builder takes between builds (``REPLICA_BUILD_SHARE`` on a replica). ``build(state or model,
+    version, rest)``: how a snapshot is made, for a model whose galleries are not the catalog's
+    (a cross-modal one, :mod:`oahu.service.serving.cross_modal`); default :func:`build_snapshot`.
     """
 
     def __init__(
@@ -194,8 +198,10 @@ class SnapshotPublisher:
         on_published: Callable[[Snapshot, bytes, int], None] | None = None,
         follow_gallery: bool = True,
         build_share: float = MAX_BUILD_SHARE,
+        build: SnapshotBuild | None = None,
     ) -> None:
         self.catalog = catalog
+        self.build = build
         self.index, self.nprobe = index, nprobe
         self.metrics = metrics
         self.on_published = on_published
@@ -317,10 +323,13 @@ class SnapshotPublisher:
 
         # Read before the gallery: a change in between is published again with the next build.
         items_version = self.catalog.version
-        self._gallery = gallery_arrays(self.catalog, self._gallery)
-        snapshot = build_snapshot(
-            source, self.catalog, version, self.index, self.nprobe, self._gallery, rest
-        )
+        if self.build is not None:
+            snapshot = self.build(source, version, rest)
+        else:
+            self._gallery = gallery_arrays(self.catalog, self._gallery)
+            snapshot = build_snapshot(
+                source, self.catalog, version, self.index, self.nprobe, self._gallery, rest
+            )
         self.current = snapshot  # one reference swap: readers see the old or the new one
         self._state = state
         if self.on_published is not None:

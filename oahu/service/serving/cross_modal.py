@@ -1,0 +1,333 @@
+"""Serving a cross-modal model: its snapshot (a gallery per modality) and the API's endpoints.
+
+A snapshot of a cross-modal model (``CrossModalOAHU``) holds a private copy of the model and a
+:class:`~oahu.inference.cross_modal.CrossModalGallery`: each modality's gallery embedded into the
+shared space (a faiss flat L2 index) and coded at the model's chosen code length (a faiss binary
+index: Hamming ranking by XOR and popcount). It is built and published like a single-modality
+snapshot (:class:`~oahu.service.serving.snapshot.SnapshotPublisher`, one reference swap), so a
+query never sees a half-updated model.
+
+Queries name the modality of their items and of the gallery they search: ``from`` and ``to``.
+An item is given inline (``x``, as many features as its modality has) or by ``id`` (the item
+store of its modality). The endpoints:
+
+- ``POST /v1/retrieve``: the ``k`` nearest items of ``to``'s gallery to each item of ``from``,
+  by the learned distance, or by Hamming distance of the binary codes with ``hamming``;
+- ``POST /v1/verify``: whether each pair (left in ``from``, right in ``to``) is linked;
+- ``POST /v1/classify``: the majority label of the ``k`` nearest items of ``to``'s gallery;
+- ``POST /v1/embed``: points in the shared space and packed binary codes (hex);
+- ``POST /v1/suggest``: cross-modal pair questions chosen by joint entropy over the galleries
+  (CSLP's active sampling); an answer goes back to the stream as a pair message whose items
+  name their modalities.
+
+The model embeds in the calling thread under one lock per snapshot: one query at a time, as the
+single-modality query worker answers them, without its batching across requests.
+
+No ``from __future__ import annotations`` here: FastAPI reads the handlers' annotations, and
+the request bodies are classes made per app.
+"""
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import numpy as np
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from oahu.inference.cross_modal import CrossModalGallery, Retrieved
+from oahu.learners.cross_modal.learner import CrossModalOAHU
+from oahu.persistence import learner_from_bytes
+from oahu.service.modal_items import ModalItems
+from oahu.service.serving.answering import label_value
+from oahu.service.serving.inputs import (
+    INT64_MAX,
+    MAX_SUGGEST_BATCH,
+    Feature,
+    ItemId,
+    Whole,
+    invalid,
+)
+
+__all__ = [
+    "CrossModalSnapshot",
+    "add_cross_modal_routes",
+    "build_cross_modal_snapshot",
+]
+
+_STRICT = ConfigDict(extra="forbid", strict=True)
+Modality = Annotated[str, Field(min_length=1, max_length=64, description="a modality's name")]
+
+
+@dataclass(frozen=True)
+class CrossModalSnapshot:
+    """An immutable view of a cross-modal model and its galleries, one per modality.
+
+    The fields a single-modality snapshot has that the service reads for every model
+    (``version``, ``updates``, ``created``, ``alpha``, ``gallery_ids``, ``meta``) mean the same.
+    """
+
+    learner: CrossModalOAHU
+    gallery: CrossModalGallery
+    gallery_ids: np.ndarray  # every modality's gallery ids, for the gallery's size
+    version: int
+    updates: int
+    created: float
+    gallery_version: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock, compare=False)
+
+    @property
+    def alpha(self) -> np.ndarray:
+        return self.learner.alpha
+
+    def meta(self) -> dict[str, Any]:
+        return {"snapshot": self.version, "updates": self.updates}
+
+
+def build_cross_modal_snapshot(
+    state: bytes | CrossModalOAHU,
+    items: ModalItems,
+    version: int,
+    rest: Callable[[float], None] | None = None,
+) -> CrossModalSnapshot:
+    """Read the model from ``state`` (or reuse one at hand) and index every modality's gallery
+    with it, calling ``rest(seconds the modality took)`` after each (the builder's pacing)."""
+    model = state if isinstance(state, CrossModalOAHU) else learner_from_bytes(state)[0]
+    if not isinstance(model, CrossModalOAHU):
+        raise ValueError(f"learner: a cross-modal model expected, got {model.name!r}")
+    gallery = CrossModalGallery(model)
+    ids = []
+    for modality, store in items.galleries.items():
+        started = time.perf_counter()
+        keys, x, y = store.snapshot()
+        if keys:
+            gallery.add(modality, keys, x, y)
+            ids += keys
+        if rest is not None:
+            rest(time.perf_counter() - started)
+    id_array = np.empty(len(ids), dtype=object)
+    id_array[:] = ids
+    return CrossModalSnapshot(model, gallery, id_array, version, model.updates, time.time())
+
+
+# ---------------------------------------------------------------------- request bodies
+class ItemRef(BaseModel):
+    """An item given inline (``x``: its modality's features) or by ``id`` (its modality's item
+    store): exactly one."""
+
+    model_config = ConfigDict(
+        **_STRICT, json_schema_extra={"oneOf": [{"required": ["id"]}, {"required": ["x"]}]}
+    )
+    id: ItemId | None = None
+    x: list[Feature] | None = None
+
+
+@dataclass(frozen=True)
+class _Bodies:
+    """The request bodies of one app, whose lists hold at most ``--max-batch-items``."""
+
+    Retrieve: type[BaseModel]
+    Classify: type[BaseModel]
+    Verify: type[BaseModel]
+    Embed: type[BaseModel]
+
+
+def _bodies(max_items: int) -> _Bodies:
+    def batch(what: str) -> Any:
+        return Field(min_length=1, max_length=max_items, description=f"1 to {max_items} {what}")
+
+    class FromTo(BaseModel):
+        model_config = ConfigDict(**_STRICT, populate_by_name=True)
+        from_: Modality = Field(alias="from", description="the modality of the query items")
+        to: Modality = Field(description="the modality of the gallery searched")
+
+    class RetrieveQuery(FromTo):
+        items: list[ItemRef] = batch("items")
+        k: Annotated[int, Field(ge=1, le=1000), Whole] | None = None
+        hamming: bool = Field(False, description="rank by Hamming distance of the binary codes")
+
+    class ClassifyQuery(FromTo):
+        items: list[ItemRef] = batch("items")
+        k: Annotated[int, Field(ge=1, le=1000), Whole] | None = None
+
+    class Pair(BaseModel):
+        model_config = _STRICT
+        left: ItemRef
+        right: ItemRef
+
+    class VerifyQuery(FromTo):
+        pairs: list[Pair] = batch("pairs")
+
+    class EmbedQuery(BaseModel):
+        model_config = _STRICT
+        modality: Modality
+        items: list[ItemRef] = batch("items")
+
+    return _Bodies(RetrieveQuery, ClassifyQuery, VerifyQuery, EmbedQuery)
+
+
+class SuggestQuery(BaseModel):
+    model_config = _STRICT
+    batch: Annotated[int, Field(ge=1, le=MAX_SUGGEST_BATCH), Whole]
+    seed: Annotated[int, Field(ge=0, lt=INT64_MAX + 1), Whole] | None = None
+
+
+# ---------------------------------------------------------------------- the endpoints
+def add_cross_modal_routes(
+    app: FastAPI,
+    items: ModalItems,
+    current: Callable[[], CrossModalSnapshot | None],
+    k_default: int,
+    max_items: int,
+    suggested: Callable[[int], None] | None = None,
+) -> None:
+    """The query endpoints of a cross-modal service on ``app``: ``current()`` is the published
+    snapshot (None before the first), ``k_default`` the ``k`` of a query that names none,
+    ``max_items`` the most items (or pairs) in one request; ``suggested(n)`` hears how many
+    questions ``/v1/suggest`` gave."""
+    bodies = _bodies(max_items)
+
+    def snapshot() -> CrossModalSnapshot:
+        snap = current()
+        if snap is None:
+            raise HTTPException(503, "no model snapshot published yet")
+        return snap
+
+    def modality(name: str, loc: str) -> str:
+        if name not in items.stores:
+            raise invalid((loc,), f"unknown modality {name!r}; this model has {items.modalities}")
+        return name
+
+    def features(refs: list[ItemRef], name: str, loc: tuple[Any, ...]) -> np.ndarray:
+        """The features of ``refs`` in modality ``name``; 422 naming the item at ``loc``."""
+        dim = items.dims[name]
+        out = np.empty((len(refs), dim), dtype=np.float32)
+        for i, ref in enumerate(refs):
+            where = (*loc[:1], i, *loc[1:])
+            if (ref.id is None) == (ref.x is None):
+                raise invalid(where, "give exactly one of 'id' and 'x'")
+            if ref.x is not None:
+                if len(ref.x) != dim:
+                    raise invalid(
+                        (*where, "x"), f"modality {name!r} has {dim} features, got {len(ref.x)}"
+                    )
+                out[i] = ref.x
+            else:
+                x, found = items.lookup(name, [ref.id])
+                if not found[0]:
+                    raise invalid((*where, "id"), f"unknown item id {ref.id!r} in {name!r}")
+                out[i] = x[0]
+        return out
+
+    def model_meta(snap: CrossModalSnapshot) -> dict[str, Any]:
+        return {**snap.meta(), "code_bits": snap.gallery.bits}
+
+    def nearest(body: Any, hamming: bool = False) -> tuple[Retrieved, CrossModalSnapshot]:
+        """The ``k`` nearest items of ``body.to``'s gallery to each of ``body.items``."""
+        from_, to = modality(body.from_, "from"), modality(body.to, "to")
+        x = features(body.items, from_, ("items",))
+        snap = snapshot()
+        if not snap.gallery.size(to):
+            raise HTTPException(503, f"the gallery of modality {to!r} is empty")
+        with snap.lock:
+            return snap.gallery.retrieve(x, from_, to, body.k or k_default, hamming), snap
+
+    @app.post("/v1/retrieve", summary="The k nearest items of one modality's gallery")
+    def retrieve(body: bodies.Retrieve) -> JSONResponse:
+        found, snap = nearest(body, body.hamming)
+        results = [
+            [
+                {"id": str(i), "label": label_value(y), "distance": float(d)}
+                for i, y, d in zip(ids, labels, distances, strict=True)
+            ]
+            for ids, labels, distances in zip(
+                found.ids.tolist(), found.labels.tolist(), found.distances.tolist(), strict=True
+            )
+        ]
+        ranking = "hamming" if body.hamming else "learned"
+        return JSONResponse({"results": results, "ranking": ranking, "model": model_meta(snap)})
+
+    @app.post("/v1/classify", summary="Majority label of the k nearest items of a gallery")
+    def classify(body: bodies.Classify) -> JSONResponse:
+        found, snap = nearest(body)
+        predictions = []
+        for labels in found.labels:
+            classes, votes = np.unique(labels[labels >= 0], return_counts=True)
+            shares = votes / max(1, votes.sum())
+            predictions.append(
+                {
+                    "label": int(classes[np.argmax(votes)]) if len(classes) else None,
+                    "scores": {str(c): float(s) for c, s in zip(classes, shares, strict=True)},
+                }
+            )
+        return JSONResponse({"predictions": predictions, "model": model_meta(snap)})
+
+    @app.post("/v1/verify", summary="Are the items of each pair (from, to) linked?")
+    def verify(body: bodies.Verify) -> JSONResponse:
+        from_, to = modality(body.from_, "from"), modality(body.to, "to")
+        left = features([p.left for p in body.pairs], from_, ("pairs", "left"))
+        right = features([p.right for p in body.pairs], to, ("pairs", "right"))
+        snap = snapshot()
+        with snap.lock:
+            distance, linked = snap.gallery.verify(left, right, from_, to)
+        results = [
+            {"similar": bool(s), "distance": float(d)}
+            for s, d in zip(linked.tolist(), distance.tolist(), strict=True)
+        ]
+        return JSONResponse({"results": results, "model": model_meta(snap)})
+
+    @app.post("/v1/embed", summary="Points in the shared space and binary codes of items")
+    def embed(body: bodies.Embed) -> JSONResponse:
+        name = modality(body.modality, "modality")
+        x = features(body.items, name, ("items",))
+        snap = snapshot()
+        with snap.lock:
+            points = snap.learner.embed(x, name)
+            codes = snap.learner.binary_codes.encode(points, snap.gallery.bits)
+        return JSONResponse(
+            {
+                "embeddings": points.tolist(),
+                "codes": [row.tobytes().hex() for row in codes],
+                "code_bits": snap.gallery.bits,
+                "alpha": snap.alpha.tolist(),
+                "model": model_meta(snap),
+            }
+        )
+
+    @app.post(
+        "/v1/suggest",
+        summary="Cross-modal pair questions whose answers would teach the model most",
+        description="Are the two items linked? Each answer goes back to the input stream as a "
+        "pair message whose items name their modalities. Questions are chosen by joint entropy "
+        "over the two galleries (CSLP's active sampling).",
+    )
+    def suggest(body: SuggestQuery) -> JSONResponse:
+        seed = int(np.random.default_rng().integers(INT64_MAX)) if body.seed is None else body.seed
+        snap = snapshot()
+        started = time.perf_counter()
+        try:
+            with snap.lock:
+                questions = snap.gallery.suggest(body.batch, seed=seed)
+        except ValueError as exc:  # fewer than two galleries with items
+            raise HTTPException(503, str(exc)) from None
+        suggestions = [
+            {
+                "kind": "pair",
+                "left": {"id": str(anchor), "modality": src},
+                "right": {"id": str(first), "modality": dst},
+            }
+            for src, anchor, dst, first, _ in questions
+        ]
+        if suggested is not None:
+            suggested(len(suggestions))
+        return JSONResponse(
+            {
+                "suggestions": suggestions,
+                "seed": seed,
+                "model": model_meta(snap),
+                "seconds": time.perf_counter() - started,
+            }
+        )
