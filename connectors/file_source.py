@@ -23,7 +23,6 @@ item store that resolves those ids.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 from collections.abc import Generator, Mapping
@@ -33,9 +32,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from oahu.checks import check_int
-from oahu.connectors.messages import encode_constraints
+from oahu.connectors.messages import encode_constraints, encode_cross_modal
 from oahu.connectors.source import PartitionCallback, SourceRecord
-from oahu.streams.cross_modal import PAIR, CrossModalStream, load_cross_modal_stream
+from oahu.streams.cross_modal import CrossModalStream, load_cross_modal_stream
 from oahu.streams.image_shape import check_image_shape
 from oahu.streams.jsonl import CONSTRAINT_FIELDS
 from oahu.streams.stream_families import CROSS_MODAL_FORMAT, OtherStreamFamily
@@ -210,33 +209,11 @@ class FileSource:
         assert self.kind is not None
         return encode_constraints(self.kind, ids=ids, similar=similar)
 
-    def _cross_modal_values(self, start: int, stop: int) -> list[bytes]:
-        """Version-2 messages of constraints ``start`` to ``stop``, a run of one kind at a time."""
-        stream = self.cross_modal
-        assert stream is not None
-        names = np.array(stream.modalities)
-        values: list[bytes] = []
-        kinds = stream.kinds[start:stop]
-        if not len(kinds):
-            return values
-        bounds = [0, *(np.flatnonzero(np.diff(kinds)) + 1).tolist(), len(kinds)]
-        for a, b in itertools.pairwise(bounds):
-            rows = slice(start + a, start + b)
-            pair = kinds[a] == PAIR
-            width = 2 if pair else 3
-            values += encode_constraints(
-                "pair" if pair else "triplet",
-                ids=stream.constraints[rows, :width],
-                similar=stream.similar[rows] if pair else None,
-                modalities=names[stream.modality[rows, :width]],
-            )
-        return values
-
     def _read(self, n: int) -> list[bytes]:
         if self._lines is None:  # .npz: encode the next window in one step
             stop = min(self._position + n, len(self._constraints))
             if self.cross_modal is not None:
-                return self._cross_modal_values(self._position, stop)
+                return encode_cross_modal(self.cross_modal, self._position, stop)
             similar = None if self._similar is None else self._similar[self._position : stop]
             return self._encode(self._constraints[self._position : stop], similar)
         values: list[bytes] = []

@@ -13,6 +13,7 @@ True
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ from oahu.connectors.constraint import (
     DecodeError,
 )
 from oahu.connectors.json_codec import decode_json, encode_json
+from oahu.streams.cross_modal import PAIR, CrossModalStream, load_cross_modal_stream
+from oahu.streams.stream_families import OtherStreamFamily
 from oahu.streams.stream_file import load_stream
 
 __all__ = [
@@ -52,6 +55,7 @@ __all__ = [
     "decode_batch",
     "encode_binary",
     "encode_constraints",
+    "encode_cross_modal",
     "encode_json",
     "encode_stream",
 ]
@@ -235,6 +239,39 @@ def encode_constraints(
     return [encode_json(batch.row(i)) for i in range(n)]
 
 
+def encode_cross_modal(
+    stream: CrossModalStream, start: int = 0, stop: int | None = None, fmt: str = "binary"
+) -> list[bytes]:
+    """Version-2 messages of a cross-modal stream's constraints ``start:stop``, in stream order,
+    pairs and triplets alike, with items by id (the object indices) naming their modality.
+
+    >>> from oahu.streams.cross_modal import PAIR, TRIPLET
+    >>> s = CrossModalStream(("img", "txt"), (np.eye(2), np.ones((2, 3))), [0, 1], [0, 1], [],
+    ...     [[0, 0, -1], [1, 1, 0]], [[0, 1, -1], [0, 1, 1]], [PAIR, TRIPLET], [True, False])
+    >>> encode_cross_modal(s, 0, 1, "json")
+    [b'{"v":2,"kind":"pair","left":{"id":"0","modality":"img"},"right":{"id":"0","modality":"txt"},"similar":true}']
+    """
+    stop = len(stream) if stop is None else stop
+    names = np.array(stream.modalities)
+    kinds = stream.kinds[start:stop]
+    values: list[bytes] = []
+    if not len(kinds):
+        return values
+    bounds = [0, *(np.flatnonzero(np.diff(kinds)) + 1).tolist(), len(kinds)]
+    for a, b in itertools.pairwise(bounds):  # one run of one kind at a time
+        rows = slice(start + a, start + b)
+        pair = kinds[a] == PAIR
+        width = 2 if pair else 3
+        values += encode_constraints(
+            "pair" if pair else "triplet",
+            ids=stream.constraints[rows, :width],
+            similar=stream.similar[rows] if pair else None,
+            fmt=fmt,
+            modalities=names[stream.modality[rows, :width]],
+        )
+    return values
+
+
 def encode_stream(
     path: str | os.PathLike[str],
     fmt: str = "binary",
@@ -252,7 +289,20 @@ def encode_stream(
     >>> encode_stream(path, "json")
     [b'{"v":1,"kind":"triplet","anchor":{"id":"0"},"positive":{"id":"1"},"negative":{"id":"2"}}']
     """
-    stream = load_stream(path)
+    try:
+        stream = load_stream(path)
+    except OtherStreamFamily as refusal:
+        if not refusal.cross_modal:
+            raise
+        if inline:
+            raise ValueError(
+                f"inline: {os.fspath(path)} is a cross-modal stream, whose items have one "
+                "dimension per modality and one message holds items of one dimension; send "
+                "them by id"
+            ) from None
+        cross = load_cross_modal_stream(path)
+        stop = len(cross) if limit is None else min(len(cross), start + limit)
+        return encode_cross_modal(cross, start, stop, fmt)
     stop = len(stream) if limit is None else min(len(stream), start + limit)
     ids = stream.constraints[start:stop]
     similar = None if stream.similar is None else stream.similar[start:stop]
