@@ -1,11 +1,12 @@
 """The items of a cross-modal service: an item store and a gallery per modality.
 
 A service learns a cross-modal model (``CrossModalOAHU``) when its items come from a cross-modal
-stream file (:mod:`oahu.streams.cross_modal`): the stream file it reads, or with a Kafka source
-the file given as ``--items``. Every object of that file is an item of each modality, by the
-same id (its index) in each; the development objects, with their labels, are each modality's
-gallery. Constraints name items by id and modality, and queries name the modality they search
-from and the one they search in, so an id means nothing without its modality.
+stream file (:mod:`oahu.streams.cross_modal`): the stream file it reads, or (a Kafka source, or
+a file of messages) the file given as ``--items``. Every object of that file is an item of each
+modality, by the same id (its index) in each; the development objects, with their labels, are
+each modality's gallery. Constraints name items by id and modality, and queries name the
+modality they search from and the one they search in, so an id means nothing without its
+modality.
 
 Both processes of the service build the same :class:`ModalItems` from the same file: the learner
 process resolves the ids constraints name, the serving process those queries name and indexes
@@ -14,7 +15,11 @@ the galleries.
 
 from __future__ import annotations
 
+import json
+import os
+import zipfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,31 +28,44 @@ from oahu.learners.cross_modal.learner import CrossModalOAHU
 from oahu.service.config import ServiceConfig
 from oahu.service.item_store import ItemStore
 from oahu.streams.cross_modal import CrossModalStream, load_cross_modal_stream
-from oahu.streams.stream_families import OtherStreamFamily
+from oahu.streams.stream_families import CROSS_MODAL_FORMAT
 
-__all__ = ["ModalItems", "cross_modal_stream", "new_cross_modal_model"]
+__all__ = ["ModalItems", "announces_cross_modal", "cross_modal_stream", "new_cross_modal_model"]
+
+
+def announces_cross_modal(path: str | os.PathLike[str]) -> bool:
+    """Whether the file at ``path`` is a cross-modal stream file by its own word (the ``format``
+    an .npz holds, or its JSON Lines header's): any other file, a missing one included, is not.
+
+    >>> announces_cross_modal("no-such-file.npz")
+    False
+    """
+    file = Path(path)
+    try:
+        if file.suffix == ".npz":
+            with np.load(file, allow_pickle=False) as npz:
+                return "format" in npz.files and str(npz["format"][()]) == CROSS_MODAL_FORMAT
+        with open(file, encoding="utf-8", errors="replace") as fh:
+            first = next((line for line in fh if line.strip()), "")
+        header = json.loads(first) if first else None
+    except (OSError, ValueError, zipfile.BadZipFile):
+        return False
+    return isinstance(header, dict) and header.get("format") == CROSS_MODAL_FORMAT
 
 
 def cross_modal_stream(config: ServiceConfig) -> CrossModalStream | None:
-    """The cross-modal stream file whose items the service holds: the source's file, else (a
-    Kafka source) ``--items``; None when that file is a single-modality one, or there is none.
+    """The cross-modal stream file whose items the service holds: the source's file when it is
+    one, else ``--items`` when it is one (a Kafka source, or a file of messages); None when
+    neither is.
 
     A cross-modal model cannot be given its items any other way: it needs each modality's
     dimension, and items to fit each modality's preprocessing on, before the first constraint.
     """
-    path = config.items if config.is_kafka else config.file_path()
-    if path is None:
-        return None
-    try:
-        return load_cross_modal_stream(path)
-    except OtherStreamFamily as refusal:
-        if refusal.cross_modal:
-            raise
-        return None
-    except ValueError:
-        if config.is_kafka:  # an .npz of items (ids, X, y) is no stream file of either family
-            return None
-        raise
+    candidates = [] if config.is_kafka else [config.file_path()]
+    for path in [*candidates, config.items]:
+        if path is not None and announces_cross_modal(path):
+            return load_cross_modal_stream(path)
+    return None
 
 
 @dataclass(frozen=True)

@@ -123,9 +123,9 @@ def _resolve(
             for r, row, hit in zip(rows.tolist(), x, found.tolist(), strict=True):
                 if hit:
                     features[j][r] = row
-            missing = rows[~found]
-            for r in missing.tolist():
-                detail = f"{roles[j]}: unknown item id {batch.ids[r, j]!r} in modality {modality!r}"  # type: ignore[index]
+            for r in rows[~found].tolist():
+                unknown = str(batch.ids[r, j])  # type: ignore[index]  # only ids go unfound
+                detail = f"{roles[j]}: unknown item id {unknown!r} in modality {modality!r}"
                 _fail(np.array([r]), DecodeError("unknown_item", detail), batch, ok, out)
     return features
 

@@ -125,6 +125,8 @@ def build_loop(
         stream = FileSource(config.file_path())
         items, _ = base_items(config, stream)  # the file is read once
         cross_modal = stream.cross_modal
+        if cross_modal is None and learner.capabilities.cross_modal:
+            cross_modal = cross_modal_stream(config)  # a file of messages, items in --items
         # people's answers (the console) arrive in a log of their own, beside the finished file
         source = WithAnswers(stream, Path(config.checkpoint_dir) / ANSWERS_FILE)
     modal_items = None

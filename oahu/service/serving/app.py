@@ -35,7 +35,12 @@ from oahu.service.item_store import ItemStore
 from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
-from oahu.service.modal_items import ModalItems, cross_modal_stream, new_cross_modal_model
+from oahu.service.modal_items import (
+    ModalItems,
+    announces_cross_modal,
+    cross_modal_stream,
+    new_cross_modal_model,
+)
 from oahu.service.serving.api import ServiceView, create_app
 from oahu.service.serving.collector import CollectorPauses
 from oahu.service.serving.cross_modal import build_cross_modal_snapshot
@@ -81,8 +86,9 @@ def initial_items(config: ServiceConfig) -> tuple[ItemStore, ItemStore]:
     and ``--gallery``, by default the development items of the stream file the source reads."""
     items, stream_file = base_items(config)
     gallery_file = config.gallery or stream_file
-    gallery = ItemStore.load(gallery_file, dev_only=True) if gallery_file else ItemStore()
-    return items, gallery
+    if gallery_file is None or announces_cross_modal(gallery_file):
+        return items, ItemStore()  # a cross-modal file's galleries are by modality: ModalItems
+    return items, ItemStore.load(gallery_file, dev_only=True)
 
 
 def check_cross_modal_config(config: ServiceConfig) -> None:
