@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import torch
 
 from oahu.learner import Learner
 from oahu.registry import make_learner
+from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.learning.link import ParentLink, ReindexSchedule
 from oahu.streams.benchmark_stream import build_stream
 from oahu.streams.stream_file import ConstraintStream
@@ -64,6 +66,11 @@ def assert_same_model(a: Learner, b: Learner, atol: float = 1e-6) -> None:
     # What the drift detectors have seen, and what they detected: a restart neither forgets
     # nor repeats a detection.
     _assert_close(a.get_state(only)["drift"], b.get_state(only)["drift"], atol, "drift")
+
+
+def assert_same_state(a: dict[str, Any], b: dict[str, Any], atol: float = 1e-6) -> None:
+    """Two models' whole states (``get_state()``), arrays within ``atol``, the rest equal."""
+    _assert_close(a, b, atol, "state")
 
 
 def _assert_close(x: Any, y: Any, atol: float, path: str = "model") -> None:
@@ -197,6 +204,34 @@ class ServiceProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
+
+
+def crash_and_resume(
+    args: list[str],
+    state: Path,
+    n: int,
+    logs: Path,
+    at: int = 300,
+    before_kill: Callable[[ServiceProcess], Callable[[], None]] | None = None,
+) -> tuple[Any, Progress]:
+    """``oahu run ARGS`` over a stream of ``n`` constraints, checkpointing into ``state``, killed
+    with SIGKILL once it has consumed ``at`` (a real mid-stream crash, asserted), then run again
+    with ``--exit-at-end`` to the end; the final checkpoint's model and progress (all ``n``
+    consumed, asserted). ``before_kill(first)`` runs just before the kill and returns what to
+    check just after it."""
+    first = ServiceProcess(args, logs / "first.log")
+    killed_at = first.wait_consumed(at)["constraints_consumed"]
+    after_kill = before_kill(first) if before_kill is not None else None
+    first.kill()
+    if after_kill is not None:
+        after_kill()
+    _, progress = read_checkpoint(checkpoint_path(state))
+    assert killed_at < n and progress.consumed < n  # a real mid-stream crash
+    second = ServiceProcess([*args, "--exit-at-end"], logs / "second.log")
+    assert second.proc.wait(timeout=180) == 0, second.output()
+    model, progress = read_checkpoint(checkpoint_path(state))
+    assert progress.offsets == {0: n} and progress.consumed == n
+    return model, progress
 
 
 def failing_learner(detail: str, inbox: Any, outbox: Any) -> None:

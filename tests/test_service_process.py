@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from service_support import (
     ServiceProcess,
     assert_same_model,
+    crash_and_resume,
     failing_learner,
     make_stream,
     train_reference,
@@ -49,17 +51,12 @@ def test_kill_9_takes_the_learner_with_it_and_a_restart_learns_each_constraint_o
     state = tmp_path / "state"
     args = ["--source", stream_file.as_uri(), "--checkpoint-dir", str(state),
             "--checkpoint-every", "97", "--poll-records", "20"]  # fmt: skip
-    first = ServiceProcess(args, tmp_path / "first.log")
-    killed_at = first.wait_consumed(300)["constraints_consumed"]
-    child = learner_pid(first)
-    first.kill()
-    wait_until(lambda: gone(child), 10, "the learner process to die with the service")
-    _, progress = read_checkpoint(checkpoint_path(state))
-    assert killed_at < n and progress.consumed < n  # a real mid-stream crash
-    second = ServiceProcess([*args, "--exit-at-end"], tmp_path / "second.log")
-    assert second.proc.wait(timeout=120) == 0, second.output()
-    learner, progress = read_checkpoint(checkpoint_path(state))
-    assert progress.offsets == {0: n} and progress.consumed == n
+
+    def learner_dies_with_it(first: ServiceProcess) -> Callable[[], None]:
+        child = learner_pid(first)
+        return lambda: wait_until(lambda: gone(child), 10, "the learner process to die with it")
+
+    learner, _ = crash_and_resume(args, state, n, tmp_path, before_kill=learner_dies_with_it)
     assert_same_model(learner, train_reference(ConstraintStream.load(stream_file)))
 
 
