@@ -10,7 +10,8 @@ and a service whose learner does not learn a kind dead-letters it as ``unsupport
 Each item may also name its modality (``"pix"`` for images, ``"fou"`` for texts: cross-modal
 constraints, Zhen and Zha, AAAI 2015); ``modalities`` None means every item is in
 ``DEFAULT_MODALITY``. A service that learns one modality dead-letters constraints with items in
-any other as ``unsupported_modality`` rather than learning them as if they were one modality.
+any other as ``unsupported_modality`` rather than learning them as if they were one modality; a
+cross-modal service learns the modalities of its model and dead-letters the others.
 """
 
 from __future__ import annotations
