@@ -1,36 +1,49 @@
 """Cross-modal constraint streams: objects seen in two modalities, constraints across them.
 
 Each object has a feature vector in modality A and one in modality B (:mod:`streams.views`:
-two views of the same objects, rows aligned) and one class label. A constraint's items are
+two views of the same objects, rows aligned) and one class label; or (*linked* objects,
+:mod:`streams.linked`) each modality has objects of its own, n_a and n_b of them, and a list of
+links (i, j) says which object of A is linked to which of B. A constraint's items are
 (object, modality) pairs, so a learner with one tower per modality can map both into one space:
 
-* a *pair* (u, v) with a ``similar`` flag says whether u and v are linked (same class), e.g.
-  an image of a digit in A and the Fourier coefficients of a digit in B;
+* a *pair* (u, v) with a ``similar`` flag says whether u and v are linked (same class, or a
+  given link), e.g. an image of a digit in A and the Fourier coefficients of a digit in B;
 * a *triplet* (anchor, positive, negative) says the anchor is closer to the positive than to
   the negative (a relative preference).
 
-:func:`build_cross_modal_stream` draws them from class labels by the CSLP protocol (Zhen and
-Zha, AAAI 2015; streams/FORMAT.md, "Cross-modal streams"); :class:`CrossModalStream` holds
-the objects once and the constraints as object indices with the modality of each item.
+:func:`build_cross_modal_stream` draws them from class labels or from links by the CSLP
+protocol (Zhen and Zha, AAAI 2015; streams/FORMAT.md, "Cross-modal streams");
+:class:`CrossModalStream` holds the objects once and the constraints as object indices with the
+modality of each item.
 
-Stream file (.npz, format version 1), written with ``np.savez_compressed`` and read with
-``allow_pickle=False``:
+Stream file (.npz), written with ``np.savez_compressed`` and read with ``allow_pickle=False``;
+a stream of labelled objects is format version 1, one of linked objects version 2:
 
 =============  =====================  ====================================================
 key            dtype, shape           meaning
 =============  =====================  ====================================================
 format         str, 0-d               ``"oahu-cross-modal-stream"``
 modalities     str (2,)               the two modalities' names, A then B
-XA, XB         float32 (n, d_a/d_b)   each object's features in A and in B
-y              int64 (n,)             object labels
-dev_idx        int64 (n_dev,)         development objects (constraints come from these)
+XA, XB         float32 (n, d_a/d_b)   each object's features in A and in B (version 2:
+                                      (n_a, d_a) and (n_b, d_b))
+y              int64 (n,)             object labels (version 2: empty, (0,))
+dev_idx        int64 (n_dev,)         development objects (constraints come from these;
+                                      version 2: A's)
 test_idx       int64 (n_test,)        test objects; dev_idx and test_idx partition range(n)
+                                      (version 2: range(n_a))
 constraints    int64 (N, 3)           object indices; a pair uses columns 0, 1, -1 in 2
 modality       int8 (N, 3)            0 (A) or 1 (B) per item; -1 in a pair's column 2
 kinds          int8 (N,)              0: pair, 1: triplet (anchor, positive, negative)
 similar        bool (N,)              a pair's linked flag; False for a triplet
-meta           str, 0-d               JSON object with "format" and "format_version": 1
+meta           str, 0-d               JSON object with "format" and "format_version"
+links          int64 (m, 2)           version 2 only: linked (object of A, object of B)
+dev_idx_b      int64                  version 2 only: B's development objects
+test_idx_b     int64                  version 2 only: B's test objects (with dev_idx_b, a
+                                      partition of range(n_b))
 =============  =====================  ====================================================
+
+A version-2 file keeps every array of version 1, so that a reader of version 1 gets as far as
+``format_version`` and refuses the file by its number.
 
 The single-modality reader (:func:`oahu.streams.load_stream`) refuses this file by name, and
 :meth:`CrossModalStream.load` a single-modality one (:mod:`streams.stream_families`). The
@@ -49,6 +62,13 @@ import numpy as np
 from oahu.checks import check_int, check_number
 from oahu.streams.atomic import atomic_open
 from oahu.streams.cross_modal_jsonl import read_cross_modal_jsonl, write_cross_modal_jsonl
+from oahu.streams.linked import (
+    LinkedObjects,
+    PerModality,
+    check_links,
+    draw_linked,
+    split_linked,
+)
 from oahu.streams.protocol import _rng, split_dev_test
 from oahu.streams.stream_families import CROSS_MODAL_FORMAT, single_modality_refusal
 from oahu.streams.stream_file import check_meta, load_by_format, read_npz_arrays
@@ -58,6 +78,7 @@ __all__ = [
     "CONSTRAINT_KINDS",
     "CROSS_MODAL_FORMAT",
     "FORMAT_VERSION",
+    "LINKED_FORMAT_VERSION",
     "PAIR",
     "PROTOCOL",
     "TRIPLET",
@@ -68,7 +89,8 @@ __all__ = [
     "write_cross_modal_jsonl",
 ]
 
-FORMAT_VERSION = 1
+#: The .npz format version of a stream of labelled objects, and of one of linked objects.
+FORMAT_VERSION, LINKED_FORMAT_VERSION = 1, 2
 #: The codes of ``kinds``: 0 a pair, 1 a triplet; CONSTRAINT_KINDS[code] is the kind's name.
 PAIR, TRIPLET = 0, 1
 CONSTRAINT_KINDS: tuple[str, str] = ("pair", "triplet")
@@ -87,6 +109,7 @@ _NPZ_KEYS = (
     "similar",
     "meta",
 )
+_LINKED_NPZ_KEYS = ("links", "dev_idx_b", "test_idx_b")  # version 2's, beside version 1's
 # The stream's draws get a tag of their own: the split reads the seed's bits under another
 # (streams.protocol), and a stream from the same bits would correlate with it.
 _CSLP = 64
@@ -111,12 +134,18 @@ def _first(mask: np.ndarray) -> int:
 
 
 @dataclass
-class CrossModalStream:
+class CrossModalStream(PerModality):
     """Objects in two modalities (features stored once per modality) and a stream of
     cross-modal constraints over them (the module docstring lists the fields).
 
+    A stream of labelled objects has ``y`` and one split, ``dev_idx``/``test_idx``, of the
+    objects both modalities share. A stream of *linked* objects has ``links`` instead of ``y``
+    (None), objects of its own in each modality (``X[0]`` and ``X[1]`` may differ in length)
+    and a split per modality: ``dev_idx``/``test_idx`` A's, ``dev_idx_b``/``test_idx_b`` B's.
+    :meth:`dev_objects` and :meth:`test_objects` give either kind's split by modality.
+
     Constructing one validates and normalises every field (``ValueError`` naming the field and
-    the bad value); ``dev_idx`` and ``test_idx`` are kept sorted.
+    the bad value); the splits are kept sorted.
 
     >>> XA = np.eye(4, dtype=np.float32); XB = np.ones((4, 2), dtype=np.float32)
     >>> s = CrossModalStream(
@@ -130,11 +159,21 @@ class CrossModalStream:
     Traceback (most recent call last):
     ...
     ValueError: constraints: object 3 (constraint 0) is not a development object (dev_idx)
+
+    Linked objects: four of A, two of B, object 1 of B linked to A's 0 and 2.
+
+    >>> s = CrossModalStream(
+    ...     ("drug", "target"), (XA, XB[:2]), y=None, dev_idx=[0, 1], test_idx=[2, 3],
+    ...     constraints=[[1, 0, -1], [0, 1, 0]], modality=[[1, 0, -1], [0, 1, 1]],
+    ...     kinds=[PAIR, TRIPLET], similar=[False, False], links=[[0, 1], [2, 1]],
+    ...     dev_idx_b=[0, 1], test_idx_b=[])
+    >>> s.sizes, s.dev_links.tolist(), s.test_links.tolist(), s.dev_objects(1).tolist()
+    ((4, 2), [[0, 1]], [], [0, 1])
     """
 
     modalities: tuple[str, str]
     X: tuple[np.ndarray, np.ndarray]
-    y: np.ndarray
+    y: np.ndarray | None
     dev_idx: np.ndarray
     test_idx: np.ndarray
     constraints: np.ndarray
@@ -142,6 +181,9 @@ class CrossModalStream:
     kinds: np.ndarray
     similar: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
+    links: np.ndarray | None = None
+    dev_idx_b: np.ndarray | None = None
+    test_idx_b: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self._check_objects()
@@ -155,30 +197,68 @@ class CrossModalStream:
             raise ValueError(f"X: expected one array per modality (2), got {len(self.X)}")
         X = tuple(np.ascontiguousarray(x, dtype=np.float32) for x in self.X)
         for name, x in zip(names, X, strict=True):
-            if x.ndim != 2 or len(x) != len(X[0]):
+            if self.is_linked and x.ndim != 2:
+                raise ValueError(
+                    f"X: modality {name!r} must have shape (n_objects, d), got {x.shape}"
+                )
+            if not self.is_linked and (x.ndim != 2 or len(x) != len(X[0])):
                 raise ValueError(
                     f"X: modality {name!r} must have shape (n_objects, d) with the "
                     f"{len(X[0])} rows of {names[0]!r}, got {x.shape}"
                 )
         self.X = X  # type: ignore[assignment]
-        self.y = _integers(self.y, "y", (self.n_objects,))
+        if not self.is_linked:
+            if self.y is None:
+                raise ValueError("y: expected the objects' labels (or links, for linked objects)")
+            self.y = _integers(self.y, "y", (self.n_objects,))
+            return
+        if self.y is not None:
+            raise ValueError(
+                "y: linked objects carry no class labels (their links say what is relevant); "
+                f"expected None, got {type(self.y).__name__}"
+            )
+        try:
+            self.links = check_links(self.links, self.sizes)
+        except ValueError as e:
+            raise ValueError(f"links: {e}") from None
 
     def _check_split(self) -> None:
-        n = self.n_objects
-        for name in ("dev_idx", "test_idx"):
-            idx = np.sort(_integers(getattr(self, name), name, (None,)))
-            if idx.size and (idx[0] < 0 or idx[-1] >= n):
-                raise ValueError(
-                    f"{name}: object indices must lie in [0, {n}), got [{idx[0]}, {idx[-1]}]"
-                )
-            setattr(self, name, idx)
-        times = np.bincount(np.concatenate([self.dev_idx, self.test_idx]), minlength=n)
-        if np.any(times != 1):
-            i = _first(times != 1)
-            raise ValueError(
-                f"dev_idx/test_idx: must partition range(n_objects), but object {i} is listed "
-                f"{int(times[i])} times"
+        fields = (("dev_idx", "test_idx"), ("dev_idx_b", "test_idx_b"))
+        if not self.is_linked:
+            for name in fields[1]:
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}: only for linked objects (links), whose modalities have "
+                        "objects of their own"
+                    )
+        for m in (0, 1) if self.is_linked else (0,):
+            n = self.sizes[m]
+            for name in fields[m]:
+                if getattr(self, name) is None:
+                    raise ValueError(
+                        f"{name}: linked objects are split per modality; expected "
+                        f"{self.modalities[m]}'s objects, got None"
+                    )
+                idx = np.sort(_integers(getattr(self, name), name, (None,)))
+                if idx.size and (idx[0] < 0 or idx[-1] >= n):
+                    raise ValueError(
+                        f"{name}: object indices must lie in [0, {n}), got [{idx[0]}, {idx[-1]}]"
+                    )
+                setattr(self, name, idx)
+            times = np.bincount(
+                np.concatenate([getattr(self, name) for name in fields[m]]), minlength=n
             )
+            if np.any(times != 1):
+                i = _first(times != 1)
+                what = (
+                    f"the {n} objects of {self.modalities[m]!r}"
+                    if self.is_linked
+                    else "range(n_objects)"
+                )
+                raise ValueError(
+                    f"{'/'.join(fields[m])}: must partition {what}, but object {i} is listed "
+                    f"{int(times[i])} times"
+                )
 
     def _check_constraints(self) -> None:
         c = _integers(self.constraints, "constraints", (None, 3))
@@ -199,23 +279,6 @@ class CrossModalStream:
                 f"constraints: a pair holds -1 in column 2, constraint {k} holds {c[k, 2]}"
             )
         used = ~unused
-        n = self.n_objects
-        out = used & ((c < 0) | (c >= n))
-        if out.any():
-            k = _first(out)
-            raise ValueError(
-                f"constraints: object indices must lie in [0, {n}), constraint {k} holds "
-                f"{c[k].tolist()}"
-            )
-        is_dev = np.zeros(n, dtype=bool)
-        is_dev[self.dev_idx] = True
-        not_dev = used & ~is_dev[np.where(used, c, 0)]
-        if not_dev.any():
-            k = _first(not_dev)
-            raise ValueError(
-                f"constraints: object {c[not_dev][0]} (constraint {k}) is not a development "
-                "object (dev_idx)"
-            )
         modality = _integers(self.modality, "modality", (n_constraints, 3))
         wrong = (used & (modality != 0) & (modality != 1)) | (unused & (modality != -1))
         if wrong.any():
@@ -224,6 +287,31 @@ class CrossModalStream:
                 f"modality: expected 0 ({self.modalities[0]}) or 1 ({self.modalities[1]}) per "
                 f"item and -1 in a pair's column 2, constraint {k} "
                 f"({CONSTRAINT_KINDS[kinds[k]]}) holds {modality[k].tolist()}"
+            )
+        m = np.where(used, modality, 0)
+        n = np.array(self.sizes)[m]
+        out = used & ((c < 0) | (c >= n))
+        if out.any():
+            k, j = (int(i) for i in np.argwhere(out)[0])
+            of = f" of {self.modalities[m[k, j]]!r}" if self.is_linked else ""
+            raise ValueError(
+                f"constraints: object indices{of} must lie in [0, {n[k, j]}), constraint {k} "
+                f"holds {c[k].tolist()}"
+            )
+        dev = np.zeros_like(used)
+        for code, size in enumerate(self.sizes):
+            is_dev = np.zeros(size, dtype=bool)
+            is_dev[self.dev_objects(code)] = True
+            items = used & (m == code)
+            dev[items] = is_dev[c[items]]
+        not_dev = used & ~dev
+        if not_dev.any():
+            k, j = (int(i) for i in np.argwhere(not_dev)[0])
+            split = ("dev_idx", "dev_idx_b")[m[k, j]] if self.is_linked else "dev_idx"
+            of = f" of {self.modalities[m[k, j]]!r}" if self.is_linked else ""
+            raise ValueError(
+                f"constraints: object {c[k, j]}{of} (constraint {k}) is not a development "
+                f"object ({split})"
             )
         similar = np.asarray(self.similar)
         if similar.dtype != np.bool_ or similar.shape != (n_constraints,):
@@ -241,13 +329,44 @@ class CrossModalStream:
 
     # ------------------------------------------------------------------ access
     @property
-    def n_objects(self) -> int:
-        return len(self.X[0])
+    def is_linked(self) -> bool:
+        """Whether the objects are linked objects (``links``) rather than labelled ones."""
+        return self.links is not None
 
     @property
-    def dims(self) -> tuple[int, int]:
-        """The features of an object in each modality, (d_a, d_b)."""
-        return (self.X[0].shape[1], self.X[1].shape[1])
+    def n_objects(self) -> int:
+        """The objects both modalities share; linked objects have :attr:`sizes` instead."""
+        if self.is_linked:
+            raise ValueError(
+                f"n_objects: linked objects have objects of their own in each modality, "
+                f"{self.sizes[0]} and {self.sizes[1]} (sizes)"
+            )
+        return len(self.X[0])
+
+    def dev_objects(self, m: int) -> np.ndarray:
+        """Modality ``m``'s development objects (0: A, 1: B)."""
+        return self.dev_idx_b if self.is_linked and m == 1 else self.dev_idx  # type: ignore[return-value]
+
+    def test_objects(self, m: int) -> np.ndarray:
+        """Modality ``m``'s test objects (0: A, 1: B)."""
+        return self.test_idx_b if self.is_linked and m == 1 else self.test_idx  # type: ignore[return-value]
+
+    def _links_within(self, part: str) -> np.ndarray:
+        if self.links is None:
+            raise ValueError(f"{part}_links: a stream of labelled objects has no links")
+        split = self.dev_objects if part == "dev" else self.test_objects
+        inside = np.isin(self.links[:, 0], split(0)) & np.isin(self.links[:, 1], split(1))
+        return self.links[inside]
+
+    @property
+    def dev_links(self) -> np.ndarray:
+        """The links between two development objects, (k, 2): what constraints are drawn from."""
+        return self._links_within("dev")
+
+    @property
+    def test_links(self) -> np.ndarray:
+        """The links between two test objects, (k, 2): what the evaluation holds out."""
+        return self._links_within("test")
 
     def __len__(self) -> int:
         return len(self.constraints)
@@ -255,13 +374,14 @@ class CrossModalStream:
     # ------------------------------------------------------------------ files
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the stream to ``path`` (.npz, see the module docstring), atomically."""
-        meta = {**self.meta, "format": CROSS_MODAL_FORMAT, "format_version": FORMAT_VERSION}
+        version = LINKED_FORMAT_VERSION if self.is_linked else FORMAT_VERSION
+        meta = {**self.meta, "format": CROSS_MODAL_FORMAT, "format_version": version}
         arrays = {
             "format": np.array(CROSS_MODAL_FORMAT),
             "modalities": np.array(self.modalities),
             "XA": self.X[0],
             "XB": self.X[1],
-            "y": self.y,
+            "y": np.zeros(0, dtype=np.int64) if self.y is None else self.y,
             "dev_idx": self.dev_idx,
             "test_idx": self.test_idx,
             "constraints": self.constraints,
@@ -270,6 +390,8 @@ class CrossModalStream:
             "similar": self.similar,
             "meta": np.array(json.dumps(meta)),
         }
+        if self.is_linked:
+            arrays.update(links=self.links, dev_idx_b=self.dev_idx_b, test_idx_b=self.test_idx_b)
         with atomic_open(path, "wb") as fh:
             np.savez_compressed(fh, **arrays)
 
@@ -280,9 +402,7 @@ class CrossModalStream:
         arrays = read_npz_arrays(path)
         if "format" not in arrays and ("kind" in arrays or "X" in arrays):
             raise single_modality_refusal(path)
-        missing = [key for key in _NPZ_KEYS if key not in arrays]
-        if missing:
-            raise ValueError(f"{path}: missing field(s) {', '.join(missing)}")
+        _require(arrays, _NPZ_KEYS, path)
         announced = str(arrays["format"][()]) if arrays["format"].ndim == 0 else None
         if announced != CROSS_MODAL_FORMAT:
             raise ValueError(
@@ -293,14 +413,26 @@ class CrossModalStream:
         except (json.JSONDecodeError, IndexError) as e:
             raise ValueError(f"meta: {path} holds no JSON object: {e}") from e
         version = meta.get("format_version") if isinstance(meta, dict) else None
-        if version != FORMAT_VERSION:
+        if version not in (FORMAT_VERSION, LINKED_FORMAT_VERSION):
             raise ValueError(
-                f"format_version: {path} has {version!r}, this version reads {FORMAT_VERSION}"
+                f"format_version: {path} has {version!r}, this version reads {FORMAT_VERSION} "
+                f"and {LINKED_FORMAT_VERSION}"
             )
+        linked: dict[str, Any] = {}
+        y: np.ndarray | None = arrays["y"]
+        if version == LINKED_FORMAT_VERSION:
+            _require(arrays, _LINKED_NPZ_KEYS, path)
+            if arrays["y"].size:
+                raise ValueError(
+                    f"y: {path} is a stream of linked objects (format_version "
+                    f"{LINKED_FORMAT_VERSION}), whose y is empty; it holds {arrays['y'].size}"
+                )
+            linked = {key: arrays[key] for key in _LINKED_NPZ_KEYS}
+            y = None
         return cls(
             modalities=tuple(arrays["modalities"].tolist()),  # type: ignore[arg-type]
             X=(arrays["XA"], arrays["XB"]),
-            y=arrays["y"],
+            y=y,
             dev_idx=arrays["dev_idx"],
             test_idx=arrays["test_idx"],
             constraints=arrays["constraints"],
@@ -308,7 +440,14 @@ class CrossModalStream:
             kinds=arrays["kinds"],
             similar=arrays["similar"],
             meta=meta,
+            **linked,
         )
+
+
+def _require(arrays: dict[str, np.ndarray], keys: tuple[str, ...], path: Any) -> None:
+    missing = [key for key in keys if key not in arrays]
+    if missing:
+        raise ValueError(f"{path}: missing field(s) {', '.join(missing)}")
 
 
 def load_cross_modal_stream(path: str | os.PathLike[str]) -> CrossModalStream:
@@ -319,14 +458,18 @@ def load_cross_modal_stream(path: str | os.PathLike[str]) -> CrossModalStream:
 
 # ---------------------------------------------------------------------- the CSLP protocol
 def build_cross_modal_stream(
-    views: TwoViews,
+    views: TwoViews | LinkedObjects,
     n_constraints: int,
     seed: int,
     pair_share: float = 0.5,
     within_share: float = 0.0,
 ) -> CrossModalStream:
-    """A cross-modal stream of ``n_constraints`` constraints drawn from class labels (the CSLP
-    protocol; streams/FORMAT.md, "Cross-modal streams").
+    """A cross-modal stream of ``n_constraints`` constraints drawn from class labels, or from
+    the links of :class:`~oahu.streams.linked.LinkedObjects` (the CSLP protocol, whose
+    constraints come from class information or from given links; streams/FORMAT.md,
+    "Cross-modal streams").
+
+    From labels:
 
     * The objects are split 1:1 into development and test objects as
       :func:`oahu.streams.protocol.split_dev_test` splits them: the same split as
@@ -350,6 +493,14 @@ def build_cross_modal_stream(
     Every constraint is label-consistent: a pair's ``similar`` is ``y[u] == y[v]``, a triplet
     has ``y[anchor] == y[positive] != y[negative]``. The same arguments give the same stream.
 
+    From links: each modality's objects are split 1:1 by
+    :func:`oahu.streams.linked.split_linked`, the pairs and triplets are placed and the first
+    item's modality drawn as above, and the objects by :func:`oahu.streams.linked.draw_linked`
+    from the development links (both objects development objects) alone: a linked pair is one
+    of them, an unlinked pair two development objects that are not linked, a triplet's
+    positive is linked to its anchor and its negative is not. Links only join objects of two
+    modalities, and there are no labels: ``within_share`` must be 0.
+
     >>> rng = np.random.default_rng(0)
     >>> views = TwoViews(("a", "b"), (rng.random((20, 3)), rng.random((20, 5))),
     ...                  np.arange(20) % 4)
@@ -359,30 +510,86 @@ def build_cross_modal_stream(
     >>> bool(np.all(s.modality[:, 0] != s.modality[:, 1]))  # every constraint cross-modal
     True
     """
-    if not isinstance(views, TwoViews):
-        raise ValueError(f"views: expected a TwoViews, got {type(views).__name__}")
+    if not isinstance(views, TwoViews | LinkedObjects):
+        raise ValueError(f"views: expected TwoViews or LinkedObjects, got {type(views).__name__}")
     n = check_int(n_constraints, "n_constraints", minimum=0)
     seed = check_int(seed, "seed", minimum=0)
     pair_share = check_number(pair_share, "pair_share", low=0.0, high=1.0)
     within_share = check_number(within_share, "within_share", low=0.0, high=1.0)
-    dev_idx, test_idx = split_dev_test(views.n_objects, seed)
+    if isinstance(views, LinkedObjects) and within_share > 0:
+        raise ValueError(
+            f"within_share: linked objects have no labels and links join objects of two "
+            f"modalities, so there is nothing to draw a constraint within one modality from; "
+            f"expected 0, got {within_share}"
+        )
     n_pairs, n_within = round(pair_share * n), round(within_share * n)
+    is_pair, within, linked, first_modality, rng = _placement(n, n_pairs, n_within, seed)
+    meta = _meta(views, seed, n, pair_share, within_share, is_pair, within, linked)
+    if isinstance(views, LinkedObjects):
+        (dev_idx, test_idx), (dev_b, test_b) = split_linked(views.sizes, views.links, seed)
+        objects = draw_linked(
+            views.links, views.sizes, (dev_idx, dev_b), is_pair, linked, first_modality, rng
+        )
+        y, extra = None, {"links": views.links, "dev_idx_b": dev_b, "test_idx_b": test_b}
+    else:
+        dev_idx, test_idx = split_dev_test(views.n_objects, seed)
+        objects = _draw(views.y, dev_idx, is_pair, linked, within, rng)
+        y, extra = views.y, {}
+        if views.class_names:
+            meta["class_names"] = list(views.class_names)
+    stream = CrossModalStream(
+        views.names,
+        views.X,
+        y,
+        dev_idx,
+        test_idx,
+        objects,
+        _modality(first_modality, is_pair, within),
+        np.where(is_pair, PAIR, TRIPLET),
+        linked,
+        meta,
+        **extra,
+    )
+    if stream.is_linked:
+        _count_links(stream, seed)
+    return stream
+
+
+def _placement(
+    n: int, n_pairs: int, n_within: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.random.Generator]:
+    """Which constraints are pairs, which within one modality, which pairs linked, each first
+    item's modality, and the generator the objects are then drawn with."""
     rng = _rng(seed, _CSLP)
     is_pair = rng.permutation(np.arange(n) < n_pairs)
     within = rng.permutation(np.arange(n) < n_within)
     linked = is_pair & (rng.random(n) < 0.5)
     first_modality = rng.integers(2, size=n)
-    objects = _draw(views.y, dev_idx, is_pair, linked, within, rng)
-    second_modality = np.where(within, first_modality, 1 - first_modality)
-    modality = np.stack(
-        [first_modality, second_modality, np.where(is_pair, -1, second_modality)], axis=1
-    )
-    meta = {
+    return is_pair, within, linked, first_modality, rng
+
+
+def _modality(first: np.ndarray, is_pair: np.ndarray, within: np.ndarray) -> np.ndarray:
+    second = np.where(within, first, 1 - first)
+    return np.stack([first, second, np.where(is_pair, -1, second)], axis=1)
+
+
+def _meta(
+    data: TwoViews | LinkedObjects,
+    seed: int,
+    n: int,
+    pair_share: float,
+    within_share: float,
+    is_pair: np.ndarray,
+    within: np.ndarray,
+    linked: np.ndarray,
+) -> dict[str, Any]:
+    n_pairs, n_within = int(is_pair.sum()), int(within.sum())
+    return {
         "format": CROSS_MODAL_FORMAT,
         "format_version": FORMAT_VERSION,
-        "dataset": views.dataset,
-        "views": list(views.names),
-        "derived": views.derived,
+        "dataset": data.dataset,
+        "views": list(data.names),
+        "derived": isinstance(data, TwoViews) and data.derived,
         "seed": seed,
         "protocol": PROTOCOL,
         "n_constraints": n,
@@ -394,11 +601,25 @@ def build_cross_modal_stream(
         "n_within": n_within,
         "n_linked": int(linked.sum()),
     }
-    if views.class_names:
-        meta["class_names"] = list(views.class_names)
-    kinds = np.where(is_pair, PAIR, TRIPLET)
-    return CrossModalStream(
-        views.names, views.X, views.y, dev_idx, test_idx, objects, modality, kinds, linked, meta
+
+
+def _count_links(stream: CrossModalStream, seed: int) -> None:
+    """Count a stream of linked objects' links of each part into its meta; without a test link
+    there is nothing to evaluate, which is an error."""
+    assert stream.links is not None
+    n_links, n_dev, n_test = len(stream.links), len(stream.dev_links), len(stream.test_links)
+    if not n_test:
+        raise ValueError(
+            f"links: with seed {seed}, no link joins two test objects, and the evaluation holds "
+            "out those; another seed splits the objects otherwise"
+        )
+    stream.meta.update(
+        format_version=LINKED_FORMAT_VERSION,
+        relevance="links",
+        n_links=n_links,
+        n_dev_links=n_dev,
+        n_test_links=n_test,
+        n_unused_links=n_links - n_dev - n_test,
     )
 
 

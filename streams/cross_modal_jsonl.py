@@ -1,5 +1,5 @@
-"""JSON Lines interchange for cross-modal streams (version 1; streams/FORMAT.md, "Cross-modal
-streams").
+"""JSON Lines interchange for cross-modal streams (version 1, labelled objects; version 2, linked
+objects; streams/FORMAT.md, "Cross-modal streams").
 
 One JSON object per line, each with a ``type``:
 
@@ -21,6 +21,17 @@ One JSON object per line, each with a ``type``:
      "similar": true}
     {"type": "triplet", "anchor": 17, "anchor_modality": "fou", "positive": 5,
      "positive_modality": "pix", "negative": 9, "negative_modality": "pix"}
+
+Version 2 holds linked objects (:mod:`streams.linked`): each modality's objects are its own, so
+the header adds ``sizes`` (each modality's objects; ``n_objects`` is their sum) and ``n_links``;
+each object has one item record, in its modality, without a label (A's development objects,
+A's test objects, then B's); one record per link follows the items, before the constraints::
+
+    {"type": "header", "format": "oahu-cross-modal-stream", "version": 2,
+     "modalities": ["drug", "target"], "dims": [16, 8], "n_objects": 50, "sizes": [30, 20],
+     "n_links": 80, "n_constraints": 1000, "meta": {...}}
+    {"type": "item", "id": 4, "modality": "target", "x": [0.5, ...], "split": "test"}
+    {"type": "link", "a": 3, "b": 17}
 
 Features are written as the shortest decimal of the float64 equal to each float32 value, so
 reading them back gives the identical float32. Blank lines are skipped and unknown fields
@@ -52,12 +63,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CROSS_MODAL_JSONL_VERSION",
+    "LINKED_JSONL_VERSION",
     "ROLES",
     "read_cross_modal_jsonl",
     "write_cross_modal_jsonl",
 ]
 
-CROSS_MODAL_JSONL_VERSION = 1
+#: The header's ``version`` of a stream of labelled objects, and of one of linked objects.
+CROSS_MODAL_JSONL_VERSION, LINKED_JSONL_VERSION = 1, 2
 #: The item fields of each kind of constraint record, in constraint order; each has a
 #: ``<role>_modality`` beside it.
 ROLES: dict[str, tuple[str, ...]] = {
@@ -96,29 +109,40 @@ _SCHEMA = {
     "pair": {"u": _integer, "v": _integer, "similar": _boolean},
     "triplet": dict.fromkeys(ROLES["triplet"], _integer),
 }
+# Version 2 (linked objects): what the header adds, an item without a label, the links.
+_LINKED_SCHEMA = {
+    **_SCHEMA,
+    "header": {**_SCHEMA["header"], "sizes": _dims, "n_links": _count},
+    "item": {key: check for key, check in _SCHEMA["item"].items() if key != "label"},
+    "link": {"a": _integer, "b": _integer},
+}
+_LINK_ROLES = ("a", "b")  # a link record's objects, of A and of B
 
 
 def write_cross_modal_jsonl(stream: CrossModalStream, path: str | os.PathLike[str]) -> None:
-    """Write ``stream`` to ``path`` as JSON Lines (header, items, constraints), atomically."""
+    """Write ``stream`` to ``path`` as JSON Lines (header, items, links of linked objects,
+    constraints), atomically."""
     names = stream.modalities
-    header = {
+    header: dict[str, Any] = {
         "type": "header",
         "format": CROSS_MODAL_FORMAT,
-        "version": CROSS_MODAL_JSONL_VERSION,
+        "version": LINKED_JSONL_VERSION if stream.is_linked else CROSS_MODAL_JSONL_VERSION,
         "modalities": list(names),
         "dims": list(stream.dims),
-        "n_objects": stream.n_objects,
-        "n_constraints": len(stream),
-        "meta": stream.meta,
     }
+    if stream.is_linked:
+        assert stream.links is not None
+        header.update(n_objects=sum(stream.sizes), sizes=list(stream.sizes))
+        header["n_links"] = len(stream.links)
+    else:
+        header["n_objects"] = stream.n_objects
+    header.update(n_constraints=len(stream), meta=stream.meta)
     with atomic_open(path, "w") as fh:
         fh.write(json.dumps(header) + "\n")
-        for split, ids in (("dev", stream.dev_idx), ("test", stream.test_idx)):
-            rows = [stream.X[m][ids].tolist() for m in (0, 1)]
-            for k, (i, label) in enumerate(zip(ids.tolist(), stream.y[ids].tolist(), strict=True)):
-                for m in (0, 1):
-                    item = {"type": "item", "id": i, "modality": names[m], "x": rows[m][k]}
-                    fh.write(json.dumps({**item, "label": label, "split": split}) + "\n")
+        if stream.is_linked:
+            _write_linked_items(stream, fh)
+        else:
+            _write_items(stream, fh)
         records = zip(
             stream.kinds.tolist(),
             stream.constraints.tolist(),
@@ -136,16 +160,43 @@ def write_cross_modal_jsonl(stream: CrossModalStream, path: str | os.PathLike[st
             fh.write(json.dumps(record) + "\n")
 
 
+def _write_items(stream: CrossModalStream, fh: Any) -> None:
+    """Two item records per labelled object, A's then B's, development objects first."""
+    names = stream.modalities
+    assert stream.y is not None
+    for split, ids in (("dev", stream.dev_idx), ("test", stream.test_idx)):
+        rows = [stream.X[m][ids].tolist() for m in (0, 1)]
+        for k, (i, label) in enumerate(zip(ids.tolist(), stream.y[ids].tolist(), strict=True)):
+            for m in (0, 1):
+                item = {"type": "item", "id": i, "modality": names[m], "x": rows[m][k]}
+                fh.write(json.dumps({**item, "label": label, "split": split}) + "\n")
+
+
+def _write_linked_items(stream: CrossModalStream, fh: Any) -> None:
+    """One item record per linked object, in its modality (A's then B's, development objects
+    first), then one record per link."""
+    assert stream.links is not None
+    for m, name in enumerate(stream.modalities):
+        for split, ids in (("dev", stream.dev_objects(m)), ("test", stream.test_objects(m))):
+            for i, x in zip(ids.tolist(), stream.X[m][ids].tolist(), strict=True):
+                item = {"type": "item", "id": i, "modality": name, "x": x, "split": split}
+                fh.write(json.dumps(item) + "\n")
+    for a, b in stream.links.tolist():
+        fh.write(json.dumps({"type": "link", "a": a, "b": b}) + "\n")
+
+
 class _Reader:
     """Checks records one at a time against the schema and what the header announced."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = path
         self.header: dict[str, Any] | None = None
-        self.seen = np.zeros((0, 2), dtype=bool)  # (object, modality) item records read
+        self.linked = False
+        # Per modality, which objects' item records were read.
+        self.seen: list[np.ndarray] = [np.zeros(0, dtype=bool)] * 2
         self.label = np.zeros(0, dtype=np.int64)
         self.split: dict[int, str] = {}
-        self.n_items = self.n_constraints = 0
+        self.n_items = self.n_links = self.n_constraints = 0
 
     def fail(self, lineno: int, message: str) -> ValueError:
         return ValueError(f"{self.path}:{lineno}: {message}")
@@ -156,12 +207,22 @@ class _Reader:
         kind = record.get("type")
         if self.header is None and kind == "header" and "format" not in record:
             raise single_modality_refusal(self.path)
-        expected = ("header",) if self.header is None else ("item", "pair", "triplet")
-        check_fields(record, lineno, expected, _SCHEMA, self.fail)
+        if self.header is None:
+            expected: tuple[str, ...] = ("header",)
+            # The version says which schema the rest of the header follows.
+            linked = record.get("version") == LINKED_JSONL_VERSION
+        else:
+            expected = (
+                ("item", "link", "pair", "triplet") if self.linked else ("item", "pair", "triplet")
+            )
+            linked = self.linked
+        check_fields(record, lineno, expected, _LINKED_SCHEMA if linked else _SCHEMA, self.fail)
         if kind == "header":
             self._check_header(record, lineno)
         elif kind == "item":
             self._check_item(record, lineno)
+        elif kind == "link":
+            self._check_link(record, lineno)
         else:
             self._check_constraint(record, lineno)
         return record
@@ -173,15 +234,23 @@ class _Reader:
                 f"field 'format': this reader reads {CROSS_MODAL_FORMAT!r}, got "
                 f"{record['format']!r}"[:300],
             )
-        if record["version"] != CROSS_MODAL_JSONL_VERSION:
+        if record["version"] not in (CROSS_MODAL_JSONL_VERSION, LINKED_JSONL_VERSION):
             raise self.fail(
                 lineno,
-                f"field 'version': this reader reads {CROSS_MODAL_JSONL_VERSION}, got "
-                f"{record['version']}",
+                f"field 'version': this reader reads {CROSS_MODAL_JSONL_VERSION} and "
+                f"{LINKED_JSONL_VERSION}, got {record['version']}",
             )
         self.header = record
+        self.linked = record["version"] == LINKED_JSONL_VERSION
         n = record["n_objects"]
-        self.seen = np.zeros((n, 2), dtype=bool)
+        sizes = record["sizes"] if self.linked else [n, n]
+        if self.linked and sum(sizes) != n:
+            raise self.fail(
+                lineno,
+                f"field 'n_objects': the objects of both modalities, {sizes[0]} + {sizes[1]} "
+                f"(sizes), got {n}",
+            )
+        self.seen = [np.zeros(size, dtype=bool) for size in sizes]
         self.label = np.zeros(n, dtype=np.int64)
 
     def _modality(self, record: dict[str, Any], name: str, lineno: int) -> int:
@@ -195,22 +264,30 @@ class _Reader:
             )
         return names.index(record[name])
 
-    def _object(self, record: dict[str, Any], name: str, lineno: int) -> int:
-        n = len(self.seen)
+    def _object(self, record: dict[str, Any], name: str, m: int, lineno: int) -> int:
+        n = len(self.seen[m])
         if not 0 <= record[name] < n:
+            assert self.header is not None
+            of = (
+                f"sizes: the objects of {self.header['modalities'][m]}"
+                if self.linked
+                else ("n_objects")
+            )
             raise self.fail(
-                lineno, f"field '{name}': object id {record[name]} is outside [0, {n}) (n_objects)"
+                lineno, f"field '{name}': object id {record[name]} is outside [0, {n}) ({of})"
             )
         return record[name]
 
     def _check_item(self, record: dict[str, Any], lineno: int) -> None:
         assert self.header is not None
-        i = self._object(record, "id", lineno)
         m = self._modality(record, "modality", lineno)
-        if self.seen[i, m]:
+        i = self._object(record, "id", m, lineno)
+        if self.seen[m][i]:
             raise self.fail(
                 lineno, f"field 'id': object {i} in {record['modality']} is defined twice"
             )
+        if self.n_links:
+            raise self.fail(lineno, "an item record after a link record: items come first")
         width = self.header["dims"][m]
         try:  # converted without a dtype first, so that text and nulls show in the dtype
             x = np.asarray(record["x"])
@@ -225,7 +302,14 @@ class _Reader:
             record["x"] = x.astype(np.float32)
         if not np.all(np.isfinite(record["x"])):
             raise self.fail(lineno, "field 'x': a value overflows float32")
-        if self.seen[i].any():  # the object's other modality came first: they must agree
+        if not self.linked:
+            self._check_other_modality(record, i, lineno)
+        self.seen[m][i] = True
+        self.n_items += 1
+
+    def _check_other_modality(self, record: dict[str, Any], i: int, lineno: int) -> None:
+        """A labelled object's two item records agree on its label and split."""
+        if self.seen[0][i] or self.seen[1][i]:  # the other modality came first
             for name, before in (("label", int(self.label[i])), ("split", self.split[i])):
                 if record[name] != before:
                     raise self.fail(
@@ -234,29 +318,44 @@ class _Reader:
                         f"record, {record[name]!r} here",
                     )
         self.label[i], self.split[i] = record["label"], record["split"]
-        self.seen[i, m] = True
-        self.n_items += 1
+
+    def _check_seen(self, record: dict[str, Any], role: str, m: int, lineno: int) -> None:
+        assert self.header is not None
+        i = self._object(record, role, m, lineno)
+        if not self.seen[m][i]:
+            raise self.fail(
+                lineno,
+                f"field '{role}': object {i} has no item record in "
+                f"{self.header['modalities'][m]} before this line",
+            )
+
+    def _check_link(self, record: dict[str, Any], lineno: int) -> None:
+        if self.n_constraints:
+            raise self.fail(lineno, "a link record after a constraint: links come first")
+        for m, role in enumerate(_LINK_ROLES):
+            self._check_seen(record, role, m, lineno)
+        self.n_links += 1
 
     def _check_constraint(self, record: dict[str, Any], lineno: int) -> None:
         for role in ROLES[record["type"]]:
-            i = self._object(record, role, lineno)
             m = self._modality(record, f"{role}_modality", lineno)
-            if not self.seen[i, m]:
-                raise self.fail(
-                    lineno,
-                    f"field '{role}': object {i} has no item record in "
-                    f"{record[f'{role}_modality']} before this line",
-                )
+            self._check_seen(record, role, m, lineno)
         self.n_constraints += 1
 
     def check_complete(self, lineno: int) -> None:
         if self.header is None:
             raise self.fail(lineno, "no header record: the file is empty")
-        expected_items = 2 * self.header["n_objects"]
-        for what, expected, seen in (
-            ("2 * n_objects item records", expected_items, self.n_items),
-            ("n_constraints", self.header["n_constraints"], self.n_constraints),
-        ):
+        counts = [("n_constraints", self.header["n_constraints"], self.n_constraints)]
+        if self.linked:
+            counts[:0] = [
+                ("n_objects item records", self.header["n_objects"], self.n_items),
+                ("n_links", self.header["n_links"], self.n_links),
+            ]
+        else:
+            counts[:0] = [
+                ("2 * n_objects item records", 2 * self.header["n_objects"], self.n_items)
+            ]
+        for what, expected, seen in counts:
             if seen != expected:
                 raise self.fail(
                     lineno,
@@ -272,7 +371,9 @@ def read_cross_modal_jsonl(path: str | os.PathLike[str]) -> CrossModalStream:
 
     reader = _Reader(path)
     X: list[np.ndarray] = []
-    split_ids: dict[str, list[int]] = {"dev": [], "test": []}
+    # Per modality, the development and the test objects in the order of their records.
+    split_ids: list[dict[str, list[int]]] = [{"dev": [], "test": []} for _ in range(2)]
+    links: list[list[int]] = []
     constraints: list[list[int]] = []
     modality: list[list[int]] = []
     kinds: list[int] = []
@@ -280,13 +381,20 @@ def read_cross_modal_jsonl(path: str | os.PathLike[str]) -> CrossModalStream:
     for record in checked_records(path, reader):
         kind = record["type"]
         if kind == "header":
-            n, names = record["n_objects"], record["modalities"]
-            X = [np.empty((n, d), dtype=np.float32) for d in record["dims"]]
+            names = record["modalities"]
+            sizes = record["sizes"] if reader.linked else [record["n_objects"]] * 2
+            X = [
+                np.empty((n, d), dtype=np.float32)
+                for n, d in zip(sizes, record["dims"], strict=True)
+            ]
         elif kind == "item":
             m = names.index(record["modality"])
             X[m][record["id"]] = record["x"]
-            if m == 0:  # each object's split once, in the order of its first modality
-                split_ids[record["split"]].append(record["id"])
+            # A labelled object's split once, in the order of its first modality's records.
+            if reader.linked or m == 0:
+                split_ids[m][record["split"]].append(record["id"])
+        elif kind == "link":
+            links.append([record["a"], record["b"]])
         else:
             roles = ROLES[kind]
             ids = [record[role] for role in roles]
@@ -297,15 +405,24 @@ def read_cross_modal_jsonl(path: str | os.PathLike[str]) -> CrossModalStream:
             similar.append(record.get("similar", False) if kind == "pair" else False)
     assert reader.header is not None
     header = reader.header
+    split = [{k: np.array(v, dtype=np.int64) for k, v in ids.items()} for ids in split_ids]
+    linked: dict[str, Any] = {}
+    if reader.linked:
+        linked = {
+            "links": np.array(links, dtype=np.int64).reshape(-1, 2),
+            "dev_idx_b": split[1]["dev"],
+            "test_idx_b": split[1]["test"],
+        }
     return CrossModalStream(
         modalities=tuple(header["modalities"]),  # type: ignore[arg-type]
         X=(X[0], X[1]),
-        y=reader.label,
-        dev_idx=np.array(split_ids["dev"], dtype=np.int64),
-        test_idx=np.array(split_ids["test"], dtype=np.int64),
+        y=None if reader.linked else reader.label,
+        dev_idx=split[0]["dev"],
+        test_idx=split[0]["test"],
         constraints=np.array(constraints, dtype=np.int64).reshape(-1, 3),
         modality=np.array(modality, dtype=np.int8).reshape(-1, 3),
         kinds=np.array(kinds, dtype=np.int8),
         similar=np.array(similar, dtype=bool),
         meta=header["meta"],
+        **linked,
     )

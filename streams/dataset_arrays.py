@@ -23,6 +23,7 @@ __all__ = [
     "class_codes",
     "codes_from_array",
     "dataset_from_arrays",
+    "features_from_array",
     "float32_cells",
     "is_missing_text",
 ]
@@ -67,7 +68,7 @@ def dataset_from_arrays(X: Any, y: Any, name: str = "arrays") -> Dataset:
     """
     if not isinstance(name, str):
         raise ValueError(f"name: must be a string, got {name!r}")
-    features = _features_from_array(X)
+    features = features_from_array(X)
     labels = _labels_array(y)
     if len(labels) != len(features):
         raise ValueError(
@@ -81,8 +82,15 @@ def dataset_from_arrays(X: Any, y: Any, name: str = "arrays") -> Dataset:
     return Dataset(name, read_only(features), read_only(codes), class_names)
 
 
-def _features_from_array(X: Any) -> np.ndarray:
-    """``X`` as a new float32 (n, d) array, or a ValueError naming the offending cell."""
+def features_from_array(X: Any) -> np.ndarray:
+    """``X`` as a new float32 (n, d) array, or a ValueError naming ``X`` and the offending cell
+    (:func:`dataset_from_arrays`'s checks of its features, for features without labels).
+
+    >>> features_from_array([[1, 2], [3, float("inf")]])
+    Traceback (most recent call last):
+    ...
+    ValueError: X: non-finite value inf at row 1, column 1
+    """
     try:
         arr = np.asarray(X)
     except (ValueError, TypeError) as e:

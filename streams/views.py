@@ -51,10 +51,12 @@ from oahu.streams.datasets import load_dataset, load_fashion_mnist
 from oahu.streams.packaged_datasets import cache_dir
 
 __all__ = [
+    "ARCHIVE_ARRAYS",
     "DEFAULT_VIEWS",
     "HOG_CACHE_NAME",
     "HOG_PARAMETERS",
     "VIEWS",
+    "PairedArchive",
     "TwoViews",
     "View",
     "cache_fashion_mnist_hog",
@@ -62,6 +64,8 @@ __all__ = [
     "hog_features",
     "load_paired",
     "load_views",
+    "paired_views",
+    "read_paired_archive",
 ]
 
 
@@ -112,6 +116,9 @@ HOG_PARAMETERS: dict[str, object] = {
 HOG_CACHE_NAME = "fashion-mnist-hog.npz"
 _HOG_WIDTH = 324
 _PAIRED_ARRAYS = ("XA", "XB", "y")  # what a paired .npz must hold
+#: The arrays a user's .npz of two modalities is read for: paired views (XA, XB, y) or linked
+#: objects (XA, XB, links; :mod:`oahu.streams.linked`), and the modalities' names.
+ARCHIVE_ARRAYS = ("XA", "XB", "y", "links", "names")
 _FASHION_SHAPE = (28, 28)
 _PROGRESS_EVERY = 10_000  # images between two progress messages while HOG is computed
 
@@ -233,8 +240,9 @@ def load_paired(path: str | os.PathLike[str]) -> TwoViews:
     and optionally ``names``, the two views' names (default ``"a"``, ``"b"``). Features are
     kept as given, as float32, not rescaled. The dataset is named after the file.
 
-    Cross-modal links given as a list of linked (A, B) object pairs without class labels are
-    out of scope: the cross-modal protocol draws its constraints from labels.
+    Objects of each modality of their own, with a list of links between them instead of labels
+    (arrays ``XA``, ``XB`` and ``links``), are read by :func:`oahu.streams.linked.load_linked`;
+    :func:`oahu.streams.linked.load_cross_modal_data` reads either kind of file.
 
     Errors (``FileNotFoundError`` for a missing file, else ``ValueError``) start with the file
     and name the array: a missing array, row counts that differ, a non-finite value (with its
@@ -252,19 +260,19 @@ def load_paired(path: str | os.PathLike[str]) -> TwoViews:
     ...
     ValueError: .../pairs.npz: arrays 'XA' and 'XB' must have one row per object, ... 3 and 2
     """
-    shown = os.fspath(path)
-    file = Path(shown)
-    if not file.name.lower().endswith(".npz"):
-        raise ValueError(f"{shown}: expected a .npz archive of arrays XA, XB and y")
-    if not file.exists():
-        raise FileNotFoundError(f"{shown}: no such file")
-    arrays = _paired_arrays(file, shown)
+    archive = read_paired_archive(path, "XA, XB and y")
+    archive.require(
+        _PAIRED_ARRAYS, "paired data needs XA, XB (rows aligned objects) and y (their labels)"
+    )
+    return paired_views(archive)
+
+
+def paired_views(archive: PairedArchive) -> TwoViews:
+    """The two views an archive of ``XA``, ``XB`` and ``y`` holds, checked as
+    :func:`load_paired` documents."""
+    arrays, shown = archive.arrays, archive.shown
     for key in ("XA", "XB"):
-        if arrays[key].ndim != 2:
-            raise ValueError(
-                f"{shown}: array {key!r}: expected a 2-d array (n_objects, n_features), got "
-                f"shape {arrays[key].shape}"
-            )
+        archive.check_matrix(key)
     rows = {key: len(arrays[key]) for key in ("XA", "XB")}
     if rows["XA"] != rows["XB"]:
         raise ValueError(
@@ -286,35 +294,85 @@ def load_paired(path: str | os.PathLike[str]) -> TwoViews:
             argument, _, problem = str(e).partition(": ")
             shown_key = key if argument == "X" else "y"
             raise ValueError(f"{shown}: array {shown_key!r}: {problem}") from None
-    names = _paired_names(arrays.get("names"), shown)
     first = checked["XA"]
     return TwoViews(
-        names,
+        archive.names(),
         (first.X, checked["XB"].X),
         first.y,
         first.class_names,
-        file.name[: -len(".npz")],
+        archive.dataset,
     )
 
 
-def _paired_arrays(file: Path, shown: str) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class PairedArchive:
+    """The arrays of a user's ``.npz`` of two modalities (:func:`read_paired_archive`):
+    ``shown``, the path as errors show it; ``dataset``, the file's name without ``.npz``;
+    ``arrays``, those of :data:`ARCHIVE_ARRAYS` it holds; ``present``, every array it holds."""
+
+    shown: str
+    dataset: str
+    arrays: dict[str, np.ndarray]
+    present: tuple[str, ...]
+
+    def require(self, needed: tuple[str, ...], why: str) -> None:
+        """A ``ValueError`` naming the file and the arrays of ``needed`` it lacks, and ``why``
+        they are needed, unless it holds them all."""
+        missing = [key for key in needed if key not in self.arrays]
+        if missing:
+            held = ", ".join(map(repr, self.present)) if self.present else "none"
+            raise ValueError(
+                f"{self.shown}: missing array {' and '.join(map(repr, missing))}; {why}; the "
+                f"archive holds {held}"
+            )
+
+    def check_matrix(self, key: str) -> None:
+        """A ``ValueError`` naming the file and ``key`` unless that array is 2-d."""
+        if self.arrays[key].ndim != 2:
+            raise ValueError(
+                f"{self.shown}: array {key!r}: expected a 2-d array (n_objects, n_features), "
+                f"got shape {self.arrays[key].shape}"
+            )
+
+    def names(self) -> tuple[str, str]:
+        """The two views' (modalities') names the array ``names`` gives, else ("a", "b")."""
+        names = self.arrays.get("names")
+        if names is None:
+            return ("a", "b")
+        listed = names.tolist() if names.ndim == 1 else None
+        if (
+            listed is None
+            or len(listed) != 2
+            or not all(isinstance(n, str) and n.strip() for n in listed)
+            or listed[0] == listed[1]
+        ):
+            raise ValueError(
+                f"{self.shown}: array 'names': expected the two views' names, two distinct "
+                f"non-empty strings, got {names.tolist()!r}"[:300]
+            )
+        return (listed[0], listed[1])
+
+
+def read_paired_archive(path: str | os.PathLike[str], holds: str) -> PairedArchive:
+    """The arrays of :data:`ARCHIVE_ARRAYS` that the ``.npz`` at ``path`` holds, without
+    pickles; ``holds`` says in errors what it should hold ("XA, XB and y"). A missing file is a
+    ``FileNotFoundError``, anything else that is no such archive a ``ValueError`` naming it."""
+    shown = os.fspath(path)
+    file = Path(shown)
+    if not file.name.lower().endswith(".npz"):
+        raise ValueError(f"{shown}: expected a .npz archive of arrays {holds}")
+    if not file.exists():
+        raise FileNotFoundError(f"{shown}: no such file")
     try:
         archive = np.load(file, allow_pickle=False)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
         raise ValueError(f"{shown}: not a readable .npz archive: {e}") from None
     if isinstance(archive, np.ndarray):  # a .npy file under a .npz name
-        raise ValueError(f"{shown}: a single .npy array, not a .npz archive of XA, XB and y")
+        raise ValueError(f"{shown}: a single .npy array, not a .npz archive of {holds}")
     with archive:
-        present = list(archive.files)
-        missing = [key for key in _PAIRED_ARRAYS if key not in present]
-        if missing:
-            held = ", ".join(map(repr, present)) if present else "none"
-            raise ValueError(
-                f"{shown}: missing array {' and '.join(map(repr, missing))}; paired data needs "
-                f"XA, XB (rows aligned objects) and y (their labels); the archive holds {held}"
-            )
+        present = tuple(archive.files)
         arrays = {}
-        for key in (*_PAIRED_ARRAYS, "names"):
+        for key in ARCHIVE_ARRAYS:
             if key not in present:
                 continue
             try:
@@ -325,24 +383,7 @@ def _paired_arrays(file: Path, shown: str) -> dict[str, np.ndarray]:
                     f"{shown}: array {key!r} holds Python objects, which are not read "
                     "(allow_pickle=False); store numbers, and labels as integers or strings"
                 ) from None
-    return arrays
-
-
-def _paired_names(names: np.ndarray | None, shown: str) -> tuple[str, str]:
-    if names is None:
-        return ("a", "b")
-    listed = names.tolist() if names.ndim == 1 else None
-    if (
-        listed is None
-        or len(listed) != 2
-        or not all(isinstance(n, str) and n.strip() for n in listed)
-        or listed[0] == listed[1]
-    ):
-        raise ValueError(
-            f"{shown}: array 'names': expected the two views' names, two distinct non-empty "
-            f"strings, got {names.tolist()!r}"[:300]
-        )
-    return (listed[0], listed[1])
+    return PairedArchive(shown, file.name[: -len(".npz")], arrays, present)
 
 
 def _check_views(dataset: str, views: tuple[str, str] | None) -> tuple[str, str]:

@@ -597,33 +597,35 @@ def test_an_unknown_format_version_is_refused_by_number(tmp_path):
     s.save(tmp_path / "s.npz")
     with np.load(tmp_path / "s.npz") as z:
         arrays = dict(z)
-    arrays["meta"] = np.array(json.dumps({**s.meta, "format_version": 2}))
-    np.savez(tmp_path / "v2.npz", **arrays)
-    with pytest.raises(ValueError, match=r"format_version: .*v2.npz has 2, this version reads 1"):
-        CrossModalStream.load(tmp_path / "v2.npz")
+    arrays["meta"] = np.array(json.dumps({**s.meta, "format_version": 3}))
+    np.savez(tmp_path / "v3.npz", **arrays)
+    with pytest.raises(
+        ValueError, match=r"format_version: .*v3.npz has 3, this version reads 1 and 2"
+    ):
+        CrossModalStream.load(tmp_path / "v3.npz")
     arrays["format"] = np.array("something-else")
     np.savez(tmp_path / "f.npz", **arrays)
     with pytest.raises(ValueError, match=r"format: .*f.npz announces 'something-else'"):
         CrossModalStream.load(tmp_path / "f.npz")
     write_cross_modal_jsonl(s, tmp_path / "s.jsonl")
     lines = (tmp_path / "s.jsonl").read_text().splitlines()
-    lines[0] = lines[0].replace('"version": 1', '"version": 2')
-    (tmp_path / "v2.jsonl").write_text("\n".join(lines) + "\n")
+    lines[0] = lines[0].replace('"version": 1', '"version": 3')
+    (tmp_path / "v3.jsonl").write_text("\n".join(lines) + "\n")
     with pytest.raises(
-        ValueError, match=r"v2.jsonl:1: field 'version': this reader reads 1, got 2"
+        ValueError, match=r"v3.jsonl:1: field 'version': this reader reads 1 and 2, got 3"
     ):
-        read_cross_modal_jsonl(tmp_path / "v2.jsonl")
+        read_cross_modal_jsonl(tmp_path / "v3.jsonl")
 
 
 _STREAM = build_cross_modal_stream(_toy_views(n=6, classes=2), 8, 0, within_share=0.25)
 
 
-@settings(max_examples=80, deadline=None)
-@given(data=st.data())
-def test_a_corrupted_jsonl_line_is_a_value_error_naming_it(data):
+def assert_a_corrupted_line_is_named(stream: CrossModalStream, data: st.DataObject) -> None:
+    """Written as JSON Lines, ``stream`` with one line dropped, or one field of a line set to
+    a value of another type, is a ValueError naming that line."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "s.jsonl"
-        write_cross_modal_jsonl(_STREAM, path)
+        write_cross_modal_jsonl(stream, path)
         lines = path.read_text().splitlines()
         k = data.draw(st.integers(0, len(lines) - 1), label="line")
         if data.draw(st.booleans(), label="drop the line"):
@@ -640,3 +642,9 @@ def test_a_corrupted_jsonl_line_is_a_value_error_naming_it(data):
             read_cross_modal_jsonl(path)
         if expected is not None and k > 0:  # a broken header may read as another family's
             assert str(e.value).startswith(expected)
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data())
+def test_a_corrupted_jsonl_line_is_a_value_error_naming_it(data):
+    assert_a_corrupted_line_is_named(_STREAM, data)
