@@ -9,7 +9,8 @@ import textwrap
 from oahu.checks import check_number
 from oahu.streams.cross_modal import CrossModalStream, build_cross_modal_stream
 from oahu.streams.datasets import looks_like_path
-from oahu.streams.views import DEFAULT_VIEWS, VIEWS, TwoViews, load_paired, load_views
+from oahu.streams.linked import LinkedObjects, load_cross_modal_data
+from oahu.streams.views import DEFAULT_VIEWS, VIEWS, TwoViews, load_views
 
 __all__ = [
     "CROSS_MODAL_HELP",
@@ -41,6 +42,16 @@ CROSS_MODAL_HELP = (
         for dataset, views in VIEWS.items()
     )
     + "\n  PATH.npz       your own paired data: arrays XA, XB (rows aligned objects), y"
+    + "\n"
+    + textwrap.fill(
+        "or your own linked objects: arrays XA and XB (the objects of each modality, any "
+        "number of each) and links (row of XA, row of XB); each modality's objects are split "
+        "1:1, the pairs and triplets drawn from the links between two development objects, "
+        "none within one view (docs/cross-modal.md)",
+        width=79,
+        initial_indent="  PATH.npz       ",
+        subsequent_indent="                 ",
+    )
 )
 #: The single-modality options that mean nothing with --cross-modal, and why.
 CROSS_MODAL_OPTIONS: dict[str, str] = {
@@ -53,7 +64,7 @@ CROSS_MODAL_OPTIONS: dict[str, str] = {
     "noise": "cross-modal streams carry no label noise",
     "noise_model": "cross-modal streams carry no label noise",
     "protocol": "every cross-modal constraint is drawn, there is no closure",
-    "label_column": "a paired .npz holds its labels in the array y",
+    "label_column": "a paired .npz holds its labels in the array y, a linked one has none",
 }
 _NEW_OPTIONS = ("views", "pair_share", "within_share")  # only with --cross-modal
 
@@ -102,8 +113,11 @@ def check_single_modality(args: argparse.Namespace) -> None:
             raise ValueError(f"{_option(dest)}: only with --cross-modal, got {getattr(args, dest)}")
 
 
-def build_cross_modal(args: argparse.Namespace) -> tuple[CrossModalStream, TwoViews]:
-    """The stream ``oahu make-stream --cross-modal`` writes, and the views it comes from."""
+def build_cross_modal(
+    args: argparse.Namespace,
+) -> tuple[CrossModalStream, TwoViews | LinkedObjects]:
+    """The stream ``oahu make-stream --cross-modal`` writes, and the views (or the linked
+    objects) it comes from."""
     # Checked before the dataset loads.
     for dest, why in CROSS_MODAL_OPTIONS.items():
         if getattr(args, dest) is not None:
@@ -125,18 +139,24 @@ def build_cross_modal(args: argparse.Namespace) -> tuple[CrossModalStream, TwoVi
         high=1.0,
     )
     views = _views(args)
+    if isinstance(views, LinkedObjects) and within_share > 0:
+        raise ValueError(
+            f"--within-share: not with linked objects ({args.dataset} holds links, no labels, "
+            "and a link joins an object of A to one of B: nothing says which objects of one "
+            f"view belong together), got {args.within_share}"
+        )
     stream = build_cross_modal_stream(views, args.constraints, args.seed, pair_share, within_share)
     return stream, views
 
 
-def _views(args: argparse.Namespace) -> TwoViews:
+def _views(args: argparse.Namespace) -> TwoViews | LinkedObjects:
     if args.dataset not in VIEWS and looks_like_path(args.dataset):
         if args.views is not None:
             raise ValueError(
                 f"--views: not with a paired file ({args.dataset}: its arrays XA and XB are the "
                 f"views, named by its array names), got {args.views}"
             )
-        return load_paired(args.dataset)
+        return load_cross_modal_data(args.dataset)
     if args.views is None:
         return load_views(args.dataset)
     names = tuple(name.strip() for name in args.views.split(","))
@@ -147,18 +167,31 @@ def _views(args: argparse.Namespace) -> TwoViews:
     return load_views(args.dataset, names)  # type: ignore[arg-type]
 
 
-def describe_cross_modal(stream: CrossModalStream, views: TwoViews, out: str) -> str:
+def describe_cross_modal(
+    stream: CrossModalStream, views: TwoViews | LinkedObjects, out: str
+) -> str:
     """The line ``oahu make-stream --cross-modal`` prints about the stream it wrote."""
     meta = stream.meta
     (a, b), (d_a, d_b) = stream.modalities, stream.dims
+    wrote = (
+        f"wrote {len(stream)} cross-modal constraints ({meta['n_pairs']} pairs, "
+        f"{meta['n_triplets']} triplets"
+    )
+    if isinstance(views, LinkedObjects):
+        (n_a, n_b), (dev_a, dev_b) = stream.sizes, (len(stream.dev_objects(m)) for m in (0, 1))
+        return (
+            f"{wrote}) over {views.dataset}: {n_a} objects in {a} ({d_a} features) and {n_b} "
+            f"in {b} ({d_b}) ({dev_a} and {dev_b} development), linked by {meta['n_links']} "
+            f"links ({meta['n_dev_links']} development, {meta['n_test_links']} test, "
+            f"{meta['n_unused_links']} between a development and a test object, unused) to {out}"
+        )
     derived = "".join(
         f"; {name} is derived from the other view (a weaker cross-modal benchmark)"
         for name in stream.modalities
         if views.derived and (view := VIEWS.get(views.dataset, {}).get(name)) and view.derived
     )
     return (
-        f"wrote {len(stream)} cross-modal constraints ({meta['n_pairs']} pairs, "
-        f"{meta['n_triplets']} triplets; {meta['n_cross']} across the views, "
+        f"{wrote}; {meta['n_cross']} across the views, "
         f"{meta['n_within']} within one) over {stream.n_objects} {views.dataset} objects in "
         f"views {a} ({d_a} features) and {b} ({d_b}) ({len(stream.dev_idx)} development, "
         f"{len(stream.test_idx)} test) to {out}{derived}"

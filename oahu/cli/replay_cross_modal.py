@@ -57,6 +57,11 @@ def run_cross_modal(args: argparse.Namespace) -> int:
         raise ValueError(f"--set: the offline reference {args.learner} takes no parameters")
     stream = _stream(args)
     if args.oracle is not None:
+        if stream.is_linked:
+            raise ValueError(
+                "--oracle: the simulated annotator answers from class labels, and linked "
+                "objects have none; replay the stream's own constraints instead"
+            )
         if args.learner != "oahu":
             raise ValueError("--oracle: teaches the streaming learner (--learner oahu)")
         budget = len(stream) if args.budget is None else args.budget
@@ -106,7 +111,9 @@ def format_cross_modal(r: dict[str, Any]) -> str:
         f"Recall@1,10    {a}->{b} {r['recall_ab']['1']:.4f} {r['recall_ab']['10']:.4f}   "
         f"{b}->{a} {r['recall_ba']['1']:.4f} {r['recall_ba']['10']:.4f}",
         f"link AUC       {r['link_auc']:.4f}",
-        f"kNN error      {r['error']:.4f} ({a} queries, {b} development gallery)",
+        f"kNN error      {r['error']:.4f} ({a} queries, {b} development gallery)"
+        if r["error"] is not None
+        else "kNN error      none (linked objects have no labels to classify by)",
     ]
     if rate:
         lines.append(f"training       {rate:.0f} constraints/s ({r['train_seconds']:.2f} s)")

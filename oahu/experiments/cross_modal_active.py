@@ -129,6 +129,11 @@ def cross_modal_oracle(
     "active" or "random"; ``kinds`` of questions as in :func:`cross_modal_questions`); its
     ``meta["oracle"]`` holds ``labels_used`` and ``answered``."""
     check_choice(oracle, "oracle", CROSS_MODAL_ORACLES)
+    if stream.is_linked:
+        raise ValueError(
+            "oracle: the simulated annotator answers from class labels, and linked objects "
+            "have none (their constraints come from the stream's own links)"
+        )
     check_int(budget, "budget")
     check_int(batch, "batch")
     if oracle == "random" or budget <= INITIAL:

@@ -2,12 +2,14 @@
 Section 5) and the cross-view hashing literature measure them.
 
 Queries of one modality rank the items of the other (the test split of both); an item is
-relevant to a query when they share a class.
+relevant to a query when they share a class, or, for linked objects (:mod:`oahu.streams.linked`),
+when a link joins them: the ``link_*`` functions take that relevance as a bool matrix.
 
 * mAP@all: the mean over queries of the average precision of the whole ranking;
 * Recall@K: the share of queries with a relevant item among their K nearest;
 * link-prediction AUC: ROC AUC of the score −distance on a fixed, seeded sample of cross-modal
-  pairs of test items, half of them linked (same class).
+  pairs of test items, half of them linked (same class); for linked objects, the held-out links
+  against as many unlinked pairs (:func:`held_out_link_auc`).
 
 Rankings by Hamming distance break ties by a seeded random order, so that the many ties of short
 codes count as the expected precision of a random order among them rather than in the favour of
@@ -16,6 +18,8 @@ an index order that may correlate with the labels.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
@@ -23,7 +27,11 @@ from oahu.experiments.evaluation import verification_pairs
 from oahu.learners.cross_modal.codes import hamming_distances
 
 __all__ = [
+    "held_out_link_auc",
     "link_auc",
+    "link_mean_average_precision",
+    "link_recall_at",
+    "link_relevance",
     "mean_average_precision",
     "nearest_labels",
     "recall_at",
@@ -33,15 +41,23 @@ __all__ = [
 _CHUNK = 512  # queries ranked at once: memory (chunk, n_gallery)
 
 
-def _ranked_relevance(
-    distances: np.ndarray, query_labels: np.ndarray, gallery_labels: np.ndarray, seed: int
-) -> np.ndarray:
+def _ranked_relevance(distances: np.ndarray, relevant: np.ndarray, seed: int) -> np.ndarray:
+    """``relevant`` (queries, gallery) reordered by each query's ranking of the gallery."""
     if distances.dtype.kind in "iu":  # Hamming: random order among equal distances
         jitter = np.random.default_rng(seed).random(distances.shape)
         order = np.lexsort((jitter, distances), axis=1)
     else:
         order = np.argsort(distances, axis=1, kind="stable")
-    return gallery_labels[order] == query_labels[:, None]
+    return np.take_along_axis(relevant, order, axis=1)
+
+
+# What is relevant to queries start..stop: (stop - start, n_gallery) bool.
+Relevance = Callable[[int, int], np.ndarray]
+
+
+def _same_class(query_labels: np.ndarray, gallery_labels: np.ndarray) -> Relevance:
+    query_labels, gallery_labels = np.asarray(query_labels), np.asarray(gallery_labels)
+    return lambda start, stop: query_labels[start:stop, None] == gallery_labels[None, :]
 
 
 Ranking = tuple[np.ndarray, np.ndarray] | np.ndarray
@@ -84,13 +100,28 @@ def mean_average_precision(
     >>> round(mean_average_precision(points, np.array([0, 1]), np.array([0, 1, 0])), 4)
     0.6667
     """
-    query_labels = np.asarray(query_labels)
-    gallery_labels = np.asarray(gallery_labels)
+    relevance = _same_class(query_labels, gallery_labels)
+    return _mean_average_precision(ranking, len(query_labels), relevance, seed)
+
+
+def link_mean_average_precision(ranking: Ranking, relevant: np.ndarray, seed: int = 0) -> float:
+    """mAP@all as :func:`mean_average_precision`, an item relevant to a query where
+    ``relevant`` (queries, gallery), bool, says so (a link joins them).
+
+    >>> d = np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]])
+    >>> relevant = np.array([[True, False, True], [False, True, False]])
+    >>> round(link_mean_average_precision(d, relevant), 4)  # (1 + 2/3) / 2 and 1/2, averaged
+    0.6667
+    """
+    relevant = np.asarray(relevant, dtype=bool)
+    return _mean_average_precision(ranking, len(relevant), lambda a, b: relevant[a:b], seed)
+
+
+def _mean_average_precision(ranking: Ranking, n: int, relevance: Relevance, seed: int) -> float:
     total = 0.0
-    n = len(query_labels)
     for start, block in _blocks(ranking, n):
         stop = start + len(block)
-        rel = _ranked_relevance(block, query_labels[start:stop], gallery_labels, seed + start)
+        rel = _ranked_relevance(block, relevance(start, stop), seed + start)
         hits = np.cumsum(rel, axis=1)
         precision = hits / np.arange(1, rel.shape[1] + 1)
         relevant = np.maximum(rel.sum(axis=1), 1)
@@ -116,15 +147,29 @@ def recall_at(
     >>> recall_at(d, np.array([0, 1]), np.array([0, 1, 0]), ks=(1, 2))
     {'1': 0.5, '2': 1.0}
     """
-    query_labels, gallery_labels = np.asarray(query_labels), np.asarray(gallery_labels)
+    relevance = _same_class(query_labels, gallery_labels)
+    return _recall_at(ranking, len(query_labels), relevance, ks)
+
+
+def link_recall_at(ranking: Ranking, relevant: np.ndarray, ks=(1, 10)) -> dict[str, float]:
+    """Share of queries with a relevant item (``relevant``, as in
+    :func:`link_mean_average_precision`) among their K nearest, for each K.
+
+    >>> d = np.array([[0.1, 0.2, 0.3], [0.3, 0.2, 0.1]])
+    >>> link_recall_at(d, np.array([[False, True, False], [True, False, False]]), ks=(1, 2))
+    {'1': 0.0, '2': 0.5}
+    """
+    relevant = np.asarray(relevant, dtype=bool)
+    return _recall_at(ranking, len(relevant), lambda a, b: relevant[a:b], ks)
+
+
+def _recall_at(ranking: Ranking, n: int, relevance: Relevance, ks) -> dict[str, float]:
     hits = {k: 0 for k in ks}
-    for start, block in _blocks(ranking, len(query_labels)):
-        labels = query_labels[start : start + len(block)]
-        rel = _ranked_relevance(block, labels, gallery_labels, start)
+    for start, block in _blocks(ranking, n):
+        rel = _ranked_relevance(block, relevance(start, start + len(block)), start)
         for k in ks:
             hits[k] += int(rel[:, :k].any(axis=1).sum())
-    n = max(len(query_labels), 1)
-    return {str(k): hits[k] / n for k in ks}
+    return {str(k): hits[k] / max(n, 1) for k in ks}
 
 
 def nearest_labels(
@@ -159,3 +204,40 @@ def link_auc(
     i, j, linked = verification_pairs(np.asarray(labels), n_pairs, seed)
     diff = np.asarray(points_a, dtype=np.float64)[i] - np.asarray(points_b, dtype=np.float64)[j]
     return float(roc_auc_score(linked, -(diff * diff).sum(axis=1)))
+
+
+def link_relevance(links: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The objects of A and of B that ``links`` (k, 2) join, ascending, and which are linked:
+    bool (objects of A, objects of B), the relevance of :func:`link_mean_average_precision`.
+
+    >>> a, b, relevant = link_relevance(np.array([[7, 2], [3, 2], [7, 5]]))
+    >>> a.tolist(), b.tolist(), relevant.tolist()
+    ([3, 7], [2, 5], [[True, False], [True, True]])
+    """
+    a, b = np.unique(links[:, 0]), np.unique(links[:, 1])
+    relevant = np.zeros((len(a), len(b)), dtype=bool)
+    relevant[np.searchsorted(a, links[:, 0]), np.searchsorted(b, links[:, 1])] = True
+    return a, b, relevant
+
+
+def held_out_link_auc(
+    points_a: np.ndarray, points_b: np.ndarray, relevant: np.ndarray, seed: int = 0
+) -> float:
+    """Link-prediction AUC of held-out links: every linked (i, j) of ``relevant`` (the rows of
+    ``points_a`` against those of ``points_b``, bool) against as many unlinked pairs, a seeded
+    sample without repeats (all of them where there are fewer), scored by −‖a − b‖².
+
+    >>> a = np.array([[0.0], [1.0]])
+    >>> held_out_link_auc(a, a + 0.01, np.eye(2, dtype=bool))
+    1.0
+    """
+    relevant = np.asarray(relevant, dtype=bool)
+    linked = np.flatnonzero(relevant)
+    unlinked = np.flatnonzero(~relevant)
+    rng = np.random.default_rng([seed, 0x11A])
+    unlinked = rng.choice(unlinked, size=min(len(linked), len(unlinked)), replace=False)
+    pairs = np.concatenate([linked, unlinked])
+    i, j = np.unravel_index(pairs, relevant.shape)
+    diff = np.asarray(points_a, dtype=np.float64)[i] - np.asarray(points_b, dtype=np.float64)[j]
+    truth = np.r_[np.ones(len(linked), dtype=bool), np.zeros(len(unlinked), dtype=bool)]
+    return float(roc_auc_score(truth, -(diff * diff).sum(axis=1)))

@@ -10,6 +10,11 @@ What :func:`replay_cross_modal` reports (one dict, the keys of ``oahu replay --c
 * ``recall_ab``, ``recall_ba``: Recall@1 and @10;
 * ``link_auc``: ROC AUC of link prediction on 20,000 held-out cross-modal pairs, half linked;
 * ``error``: kNN error of A's test items classified by their 5 nearest development items of B;
+  None for linked objects, which have no labels to classify by;
+* for linked objects (:mod:`oahu.streams.linked`), an item is relevant to a query when a
+  link joins them, the queries and the gallery are the objects of the test links (the links
+  between two test objects) of each modality, and ``link_auc`` is the AUC of those links
+  against as many unlinked pairs of those objects (:class:`HeldOutRetrieval`);
 * ``constraints``, ``constraints_per_s``, ``train_seconds``, ``alpha``, ``code_weights``,
   ``prequential_accuracy``, and with ``eval_every`` a ``curve`` of mAP against constraints.
 """
@@ -24,7 +29,11 @@ from typing import Any
 import numpy as np
 
 from oahu.experiments.cross_modal_evaluation import (
+    held_out_link_auc,
     link_auc,
+    link_mean_average_precision,
+    link_recall_at,
+    link_relevance,
     mean_average_precision,
     nearest_labels,
     recall_at,
@@ -36,6 +45,7 @@ from oahu.streams.cross_modal import PAIR, CrossModalStream
 
 __all__ = [
     "CROSS_MODAL_LEARNERS",
+    "HeldOutRetrieval",
     "evaluate_cross_modal",
     "fit_reference",
     "hamming_maps",
@@ -54,6 +64,49 @@ CODE_LENGTHS = (16, 32, 64, 128)  # the lengths compared
 _VALIDATION_QUERIES = 2000
 
 
+class HeldOutRetrieval:
+    """What cross-modal retrieval is measured over in a stream's test split: each modality's
+    test objects that take part (``objects``, (A's, B's)) and which items of the other modality
+    are relevant to each.
+
+    Labelled objects: every test object, relevant when of one class. Linked objects: the
+    objects of the test links, A's and B's, relevant when a link joins them.
+    """
+
+    def __init__(self, stream: CrossModalStream) -> None:
+        if not stream.is_linked:
+            test = stream.test_idx
+            self.objects = (test, test)
+            assert stream.y is not None
+            self._labels: np.ndarray | None = stream.y[test]
+            return
+        a, b, self.relevant = link_relevance(stream.test_links)
+        self.objects = (a, b)
+        self._labels = None
+
+    def queries(self, m: int, seed: int, max_queries: int | None) -> np.ndarray:
+        """Positions in ``objects[m]`` of modality m's queries: all, or a seeded sample."""
+        return _queries(len(self.objects[m]), seed, max_queries)
+
+    def mean_average_precision(self, points: tuple, m: int, q: np.ndarray, seed: int = 0) -> float:
+        """mAP of modality m's queries ``q`` (positions) ranking the other modality's objects;
+        ``points``: (queries' points or codes, the gallery's)."""
+        if self._labels is None:
+            relevant = self.relevant if m == 0 else self.relevant.T
+            return link_mean_average_precision(points, relevant[q], seed)
+        return mean_average_precision(points, self._labels[q], self._labels, seed)
+
+    def recall_at(self, points: tuple, m: int, q: np.ndarray) -> dict[str, float]:
+        if self._labels is None:
+            return link_recall_at(points, (self.relevant if m == 0 else self.relevant.T)[q])
+        return recall_at(points, self._labels[q], self._labels)
+
+    def link_auc(self, ea: np.ndarray, eb: np.ndarray, seed: int) -> float:
+        if self._labels is None:
+            return held_out_link_auc(ea, eb, self.relevant, seed)
+        return link_auc(ea, eb, self._labels, seed=seed)
+
+
 def evaluate_cross_modal(
     stream: CrossModalStream,
     embed: Callable[[np.ndarray, int], np.ndarray],
@@ -64,24 +117,28 @@ def evaluate_cross_modal(
     """The cross-modal scores of a model given as ``embed(X, modality)`` (points whose squared
     Euclidean distance is the model's distance) and ``codes(X, modality)`` (packed bits).
 
-    Every test item of one modality queries every test item of the other; with
-    ``max_queries``, a seeded sample of that many queries does (the galleries stay whole).
+    Every test item of one modality queries every test item of the other (for linked objects,
+    the objects of the test links: :class:`HeldOutRetrieval`); with ``max_queries``, a seeded
+    sample of that many queries does (the galleries stay whole).
     """
-    test, dev = stream.test_idx, stream.dev_idx
-    y = stream.y[test]
-    q = _queries(len(test), seed, max_queries)
-    ea, eb = (embed(stream.X[m][test], m) for m in (0, 1))
+    test = HeldOutRetrieval(stream)
+    ea, eb = (embed(stream.X[m][test.objects[m]], m) for m in (0, 1))
+    qa, qb = (test.queries(m, seed, max_queries) for m in (0, 1))
     out: dict[str, Any] = {
-        "map_ab": mean_average_precision((ea[q], eb), y[q], y),
-        "map_ba": mean_average_precision((eb[q], ea), y[q], y),
-        "recall_ab": recall_at((ea[q], eb), y[q], y),
-        "recall_ba": recall_at((eb[q], ea), y[q], y),
-        "link_auc": link_auc(ea, eb, y, seed=seed),
+        "map_ab": test.mean_average_precision((ea[qa], eb), 0, qa),
+        "map_ba": test.mean_average_precision((eb[qb], ea), 1, qb),
+        "recall_ab": test.recall_at((ea[qa], eb), 0, qa),
+        "recall_ba": test.recall_at((eb[qb], ea), 1, qb),
+        "link_auc": test.link_auc(ea, eb, seed),
+        "error": None,
     }
-    # Classification across modalities: A's queries among B's labelled development items.
-    votes = nearest_labels(ea[q], embed(stream.X[1][dev], 1), stream.y[dev], _KNN)
-    predicted = np.array([np.bincount(row).argmax() for row in votes])
-    out["error"] = float((predicted != y[q]).mean())
+    if not stream.is_linked:
+        # Classification across modalities: A's queries among B's labelled development items.
+        assert stream.y is not None
+        dev = stream.dev_idx
+        votes = nearest_labels(ea[qa], embed(stream.X[1][dev], 1), stream.y[dev], _KNN)
+        predicted = np.array([np.bincount(row).argmax() for row in votes])
+        out["error"] = float((predicted != stream.y[test.objects[0]][qa]).mean())
     if codes is not None:
         out["hamming_map_ab"], out["hamming_map_ba"] = hamming_maps(
             stream, codes, seed, max_queries
@@ -102,35 +159,68 @@ def hamming_maps(
     max_queries: int | None = None,
 ) -> tuple[float, float]:
     """mAP@all A→B and B→A by Hamming ranking of ``codes(X, modality)`` over the test split."""
-    test = stream.test_idx
-    y = stream.y[test]
-    q = _queries(len(test), seed, max_queries)
-    ca, cb = (codes(stream.X[m][test], m) for m in (0, 1))
+    test = HeldOutRetrieval(stream)
+    ca, cb = (codes(stream.X[m][test.objects[m]], m) for m in (0, 1))
+    qa, qb = (test.queries(m, seed, max_queries) for m in (0, 1))
     return (
-        mean_average_precision((ca[q], cb), y[q], y, seed),
-        mean_average_precision((cb[q], ca), y[q], y, seed),
+        test.mean_average_precision((ca[qa], cb), 0, qa, seed),
+        test.mean_average_precision((cb[qb], ca), 1, qb, seed),
     )
 
 
 def fit_reference(stream: CrossModalStream, method: str, seed: int = 0) -> CanonicalReference:
-    """CCA or PLS on the development split's paired items, its number of components chosen on
-    a seeded half of the development objects by mean A→B / B→A mAP on the other half."""
-    dev = stream.dev_idx
-    xa, xb, y = stream.X[0][dev], stream.X[1][dev], stream.y[dev]
+    """CCA or PLS on the development split's paired rows, its number of components chosen on a
+    seeded half of those rows by mean A→B / B→A mAP on the other half.
 
+    The rows pair an object of A with one of B: each development object's two views, or for
+    linked objects each development link's two objects (so an object with several links is
+    several rows, and one without any is none).
+    """
+    if stream.is_linked:
+        links = stream.dev_links
+        xa, xb, rows = stream.X[0][links[:, 0]], stream.X[1][links[:, 1]], np.arange(len(links))
+        score = _link_score(stream, links, seed)
+    else:
+        assert stream.y is not None
+        dev = stream.dev_idx
+        xa, xb, rows = stream.X[0][dev], stream.X[1][dev], stream.y[dev]
+        score = _label_score(seed)
+    k = choose_components(xa, xb, rows, score, method=method, seed=seed)
+    # One bit per canonical component: views narrower than 64 give shorter codes.
+    bits = min(REFERENCE_BITS, xa.shape[1], xb.shape[1], len(rows) - 1)
+    return CanonicalReference(k, method, code_bits=bits).fit(xa, xb)
+
+
+# At most _VALIDATION_QUERIES queries each way: a choice among a few values of k needs no more,
+# and a large development split would make each score a minute long.
+def _label_score(seed: int) -> Callable[..., float]:
     def score(ref: CanonicalReference, a: np.ndarray, b: np.ndarray, labels: np.ndarray) -> float:
-        # At most _VALIDATION_QUERIES queries each way: a choice among a few values of k needs
-        # no more, and a large development split would make each score a minute long.
         q = _queries(len(labels), seed, _VALIDATION_QUERIES)
         ea, eb = ref.embed(a, 0), ref.embed(b, 1)
         return mean_average_precision((ea[q], eb), labels[q], labels) + mean_average_precision(
             (eb[q], ea), labels[q], labels
         )
 
-    k = choose_components(xa, xb, y, score, method=method, seed=seed)
-    # One bit per canonical component: views narrower than 64 give shorter codes.
-    bits = min(REFERENCE_BITS, xa.shape[1], xb.shape[1], len(dev) - 1)
-    return CanonicalReference(k, method, code_bits=bits).fit(xa, xb)
+    return score
+
+
+def _link_score(stream: CrossModalStream, links: np.ndarray, seed: int) -> Callable[..., float]:
+    """The validation score of linked objects: the objects of the validation rows (development
+    links) of each modality rank the other's, relevant when a development link joins them."""
+
+    def score(ref: CanonicalReference, a: np.ndarray, b: np.ndarray, rows: np.ndarray) -> float:
+        held = [np.unique(links[rows, m]) for m in (0, 1)]
+        *objects, relevant = link_relevance(
+            links[np.isin(links[:, 0], held[0]) & np.isin(links[:, 1], held[1])]
+        )
+        points = [ref.embed(stream.X[m][objects[m]], m) for m in (0, 1)]
+        total = 0.0
+        for m, rel in ((0, relevant), (1, relevant.T)):
+            q = _queries(len(objects[m]), seed, _VALIDATION_QUERIES)
+            total += link_mean_average_precision((points[m][q], points[1 - m]), rel[q])
+        return total
+
+    return score
 
 
 def prepared_model(
@@ -141,7 +231,7 @@ def prepared_model(
     names = stream.modalities
     model = CrossModalOAHU(dict(zip(names, stream.dims, strict=True)), seed=seed, **(params or {}))
     for m, name in enumerate(names):
-        model.prepare(name, stream.X[m][stream.dev_idx])
+        model.prepare(name, stream.X[m][stream.dev_objects(m)])
     return model
 
 
