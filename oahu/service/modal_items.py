@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from oahu.connectors.constraint import MISSING_LABEL
 from oahu.learners.cross_modal.learner import CrossModalOAHU
 from oahu.service.config import ServiceConfig
 from oahu.service.item_store import ItemStore
@@ -82,6 +83,21 @@ class ModalItems:
     ({'img': 3, 'txt': 2}, 3, ['0', '1'])
     >>> items.lookup("img", ["2", "7"])[1].tolist()
     [True, False]
+
+    Linked objects (:mod:`oahu.streams.linked`): each modality has objects of its own, by their
+    index in that modality, and its own development objects as its gallery, without labels.
+
+    >>> linked = CrossModalStream(
+    ...     ("drug", "target"), (np.eye(4, dtype=np.float32), np.ones((2, 2), np.float32)),
+    ...     y=None, dev_idx=[0, 1], test_idx=[2, 3], constraints=[[0, 1, -1]],
+    ...     modality=[[0, 1, -1]], kinds=[PAIR], similar=[True], links=[[0, 1], [2, 0]],
+    ...     dev_idx_b=[1], test_idx_b=[0])
+    >>> items = ModalItems.from_stream(linked)
+    >>> items.dims, len(items.stores["drug"]), len(items.stores["target"])
+    ({'drug': 4, 'target': 2}, 4, 2)
+    >>> ids, _, labels = items.galleries["target"].snapshot()
+    >>> ids, bool((labels == MISSING_LABEL).all())
+    (['1'], True)
     """
 
     stores: dict[str, ItemStore]
@@ -89,13 +105,16 @@ class ModalItems:
 
     @classmethod
     def from_stream(cls, stream: CrossModalStream) -> ModalItems:
+        """Each modality's objects (ids: their indices in that modality) and development
+        objects, with their labels (``MISSING_LABEL`` for linked objects, which have none)."""
         stores, galleries = {}, {}
-        ids = np.arange(stream.n_objects)
-        for name, x in zip(stream.modalities, stream.X, strict=True):
+        for m, (name, x) in enumerate(zip(stream.modalities, stream.X, strict=True)):
+            labels = np.full(len(x), MISSING_LABEL, np.int64) if stream.y is None else stream.y
+            dev = stream.dev_objects(m)
             stores[name] = ItemStore(dim=x.shape[1])
-            stores[name].add(ids, x, stream.y)
+            stores[name].add(np.arange(len(x)), x, labels)
             galleries[name] = ItemStore(dim=x.shape[1])
-            galleries[name].add(stream.dev_idx, x[stream.dev_idx], stream.y[stream.dev_idx])
+            galleries[name].add(dev, x[dev], labels[dev])
         return cls(stores, galleries)
 
     @property
