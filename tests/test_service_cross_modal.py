@@ -19,7 +19,13 @@ import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from service_support import ServiceProcess, assert_same_state, crash_and_resume, start_service
+from service_support import (
+    ServiceProcess,
+    assert_same_state,
+    crash_and_resume,
+    start_service,
+    wait_until,
+)
 from test_service_kafka import create_topic, produce, service, unique
 from test_service_poison_records import DiscardingLink, ListSource
 
@@ -29,13 +35,12 @@ from oahu.connectors.messages import encode_binary, encode_json, encode_stream
 from oahu.experiments.cross_modal_replay import learn_row, prepared_model
 from oahu.inference.cross_modal import CrossModalGallery
 from oahu.learners.cross_modal.learner import CrossModalOAHU
-from oahu.service.catalog import Catalog
 from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
-from oahu.service.item_store import ItemStore
 from oahu.service.learning.consumer import ConsumerLoop
 from oahu.service.metrics import LearningMetrics
-from oahu.service.modal_items import ModalItems
+from oahu.service.modal_catalog import ModalCatalog
+from oahu.service.modal_items import ModalItems, new_cross_modal_model
 from oahu.service.serving.app import Service
 from oahu.streams.cross_modal import CrossModalStream, build_cross_modal_stream
 from oahu.streams.views import TwoViews
@@ -235,9 +240,8 @@ def run_cross_modal_loop(tmp: Path, values: list[bytes], items: ModalItems) -> t
         model.prepare(name, gallery.snapshot()[1])
     letters_file = tmp / "letters.jsonl"
     loop = ConsumerLoop(
-        config, model, ListSource(values), Catalog(ItemStore(), ItemStore(), tmp / "o.npz"),
-        DeadLetterFile(letters_file), DiscardingLink(), LearningMetrics.of(model), Progress(),
-        modal_items=items,
+        config, model, ListSource(values), ModalCatalog(items, tmp), DeadLetterFile(letters_file),
+        DiscardingLink(), LearningMetrics.of(model), Progress(),
     )  # fmt: skip
     loop.run(threading.Event())
     loop.dead_letters.close()
@@ -346,3 +350,71 @@ def test_over_kafka_with_the_items_given_as_a_cross_modal_stream_file(kafka_boot
     model, progress = read_checkpoint(checkpoint_path(state))
     assert progress.offsets == {0: n} and progress.consumed == n
     assert_same_state(model.get_state(), reference(path).get_state())
+
+
+def test_items_added_and_removed_through_the_api_by_modality(tmp_path: Path):
+    path = stream_file(tmp_path, 300, seed=6)
+    stream = CrossModalStream.load(path)
+    state = tmp_path / "state"
+    service = start_service(path, state, 300)
+    try:
+        with TestClient(service.app) as client:
+            # two new texts, copies of object 3's and object 100's, labelled 7 and 8
+            new = [{"id": "t-3", "x": stream.X[1][3].tolist(), "label": 7},
+                   {"id": "t-100", "x": stream.X[1][100].tolist(), "label": 8}]  # fmt: skip
+            out = post(client, "/v1/items", {"modality": "txt", "items": new})
+            assert out == {"added": 2, "modality": "txt", "items_version": 1}
+            assert service.learning.wait_items(1, 0)  # the learner applied it before the answer
+            snap = wait_until(
+                lambda: (
+                    service.publisher.current.gallery.size("txt") == 122
+                    and service.publisher.current
+                ),
+                30,
+                "a snapshot with the new texts",
+            )
+            query = {"from": "txt", "to": "txt", "k": 1, "items": [{"id": "t-3"}]}
+            (nearest,) = post(client, "/v1/retrieve", query)["results"]
+            assert nearest[0]["id"] in ("3", "t-3") and nearest[0]["distance"] < 1e-6
+            assert snap.gallery.size("img") == 120  # the other modality is untouched
+            detail = post(client, "/v1/items", {"modality": "img", "items": new}, 422)["detail"]
+            assert detail[0]["loc"] == ["body", "items", 0, "x"]
+            assert detail[0]["msg"] == "modality 'img' has 12 features, got 7"
+            drop = {"modality": "txt", "ids": ["t-3"]}
+            gone = client.request("DELETE", "/v1/items", json=drop)
+            assert gone.json() == {"removed": 1, "modality": "txt", "items_version": 2}
+            missing = client.request("DELETE", "/v1/items", json={**drop, "modality": "img"})
+            assert missing.status_code == 404
+            status = client.get("/v1/model").json()["items"]
+            assert status["version"] == 2
+            assert status["modalities"]["txt"] == {"store": 241, "gallery": 121}
+    finally:
+        service.shutdown()
+    # durable: a new service starts with them, and its learner resolves constraints naming them
+    messages = tmp_path / "messages.jsonl"
+    answers = [
+        Constraint("pair", ids=("5", "t-100"), similar=False, modalities=("img", "txt")),
+        Constraint("triplet", ids=("t-100", "100", "5"), modalities=("txt", "img", "img")),
+        Constraint("pair", ids=("5", "t-3"), similar=True, modalities=("img", "txt")),  # removed
+    ]
+    messages.write_bytes(b"\n".join(encode_json(c) for c in answers) + b"\n")
+    again_state = tmp_path / "again"
+    again_state.mkdir()
+    for name in ("items-api.txt.npz", "items-api.img.npz"):
+        if (state / name).exists():  # the API's changes, as the first service left them
+            (again_state / name).write_bytes((state / name).read_bytes())
+    again = ServiceProcess(
+        ["--source", messages.as_uri(), "--items", str(path), "--checkpoint-dir",
+         str(again_state), "--exit-at-end"], tmp_path / "again.log",
+    )  # fmt: skip
+    assert again.proc.wait(timeout=120) == 0, again.output()
+    model, progress = read_checkpoint(checkpoint_path(again_state))
+    assert progress.consumed == 3 and progress.dead_letters == {"unknown_item": 1}
+    assert progress.items_version == 2
+    # a new model fits its preprocessing on the galleries as they stand, the new text included
+    galleries = ModalCatalog(ModalItems.from_stream(stream), again_state).items
+    expected = new_cross_modal_model(galleries)
+    img, txt = stream.X
+    expected.learn_pair(img[5], txt[100], ("img", "txt"), False)
+    expected.learn_triplet(txt[100], img[100], img[5], ("txt", "img", "img"))
+    assert_same_state(model.get_state(), expected.get_state())

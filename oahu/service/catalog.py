@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from oahu.checks import check_bool
-from oahu.connectors.constraint import MISSING_LABEL, DecodeError
+from oahu.connectors.constraint import DEFAULT_MODALITY, MISSING_LABEL, DecodeError
 from oahu.connectors.file_source import FileSource
 from oahu.service.config import ServiceConfig
 from oahu.service.item_store import ItemStore, as_ids
@@ -41,13 +41,15 @@ OVERLAY_FILE = "items-api.npz"  # the API's item changes, in the checkpoint dire
 @dataclass(frozen=True)
 class ItemChange:
     """One change to the items: ``X`` (and labels ``y``) to add, or None to remove ``ids``;
-    ``version`` is the catalog version it produced."""
+    ``version`` is the catalog version it produced; ``modality``: whose items they are (a
+    cross-modal service's, :mod:`oahu.service.modal_catalog`)."""
 
     version: int
     ids: list[str]
     X: np.ndarray | None = None
     y: np.ndarray | None = None
     gallery: bool = False
+    modality: str = DEFAULT_MODALITY
 
 
 class Catalog:

@@ -67,7 +67,7 @@ from oahu.service.learning.in_flight import (
 from oahu.service.learning.modalities import single_modality
 from oahu.service.learning.resolve import ResolvedBatch, resolve_batch
 from oahu.service.metrics import LearningMetrics
-from oahu.service.modal_items import ModalItems
+from oahu.service.modal_catalog import ModalCatalog
 from oahu.service.status import model_status
 
 log = logging.getLogger(__name__)
@@ -112,9 +112,9 @@ class ConsumerLoop:
     crash they are learned one at a time, and one that crashes the learner again and again is
     dead-lettered as ``crash_loop``.
 
-    ``modal_items``: the items by modality of a cross-modal model (``learner`` then declares
-    ``capabilities.cross_modal``), against which its constraints resolve
-    (:mod:`.cross_modal`); ``catalog`` then holds no items.
+    A cross-modal model (``learner`` declares ``capabilities.cross_modal``) comes with its items
+    by modality, a :class:`~oahu.service.modal_catalog.ModalCatalog` as ``catalog``, against
+    which its constraints resolve (:mod:`.cross_modal`).
     """
 
     def __init__(
@@ -122,21 +122,19 @@ class ConsumerLoop:
         config: ServiceConfig,
         learner: Learner,
         source: Source,
-        catalog: Catalog,
+        catalog: Catalog | ModalCatalog,
         dead_letters: DeadLetterSink,
         link: ServingLink,
         metrics: LearningMetrics,
         progress: Progress,
         fell_back: bool = False,
         start_state: bytes | None = None,
-        modal_items: ModalItems | None = None,
     ) -> None:
-        if learner.capabilities.cross_modal != (modal_items is not None):
+        if learner.capabilities.cross_modal != isinstance(catalog, ModalCatalog):
             raise ValueError(
-                f"modal_items: a cross-modal model learns from items by modality, and only it; "
-                f"learner {learner.name!r} with {'no ' if modal_items is None else ''}modal items"
+                f"catalog: a cross-modal model learns from items by modality (a ModalCatalog), "
+                f"and only it; learner {learner.name!r} with a {type(catalog).__name__}"
             )
-        self.modal_items = modal_items
         self.config = config
         self.learner = learner
         self.source = source
@@ -262,7 +260,7 @@ class ConsumerLoop:
         decoded = decode_batch([r.value for r in records])
         errors = list(decoded.errors)
         for decoded_batch in decoded.batches:
-            if self.modal_items is not None:
+            if isinstance(self.catalog, ModalCatalog):
                 letters.extend(self._learn_cross_modal(decoded_batch, records, errors))
                 continue
             batch, refused = single_modality(decoded_batch, self.learner.name)
@@ -283,9 +281,9 @@ class ConsumerLoop:
     ) -> list[DeadLetter]:
         """Learn ``batch`` with the cross-modal model; its refused rows' letters (decode
         errors go to ``errors``, dead-lettered with the others)."""
-        assert self.modal_items is not None
+        assert isinstance(self.catalog, ModalCatalog)
         started = time.perf_counter()
-        out = learn_cross_modal(self.learner, batch, self.modal_items)  # type: ignore[arg-type]
+        out = learn_cross_modal(self.learner, batch, self.catalog.items)  # type: ignore[arg-type]
         if out.learned:
             self.metrics.update_seconds.observe((time.perf_counter() - started) / out.learned)
         self.metrics.learned.inc(out.learned)

@@ -39,6 +39,7 @@ from oahu.service.learning.consumer import ConsumerLoop
 from oahu.service.learning.link import ParentLink, ReindexSchedule, listen
 from oahu.service.messages import EXIT_ORPHANED, STOP_SIGNALS, Start
 from oahu.service.metrics import LearningMetrics
+from oahu.service.modal_catalog import ModalCatalog
 from oahu.service.modal_items import ModalItems, cross_modal_stream
 from oahu.threads import use_native_threads
 
@@ -129,16 +130,17 @@ def build_loop(
             cross_modal = cross_modal_stream(config)  # a file of messages, items in --items
         # people's answers (the console) arrive in a log of their own, beside the finished file
         source = WithAnswers(stream, Path(config.checkpoint_dir) / ANSWERS_FILE)
-    modal_items = None
+    # the API's changes go on top, from the overlay file(s) and then as they are made
+    catalog: Catalog | ModalCatalog
     if learner.capabilities.cross_modal:
         if cross_modal is None:
             raise ValueError(
                 f"learner: {learner.name!r} learns items by modality, from a cross-modal stream "
                 f"file (the source's, or --items with Kafka), and {config.source} brings none"
             )
-        modal_items = ModalItems.from_stream(cross_modal)
-    # the API's changes go on top, from the overlay file and then as they are made
-    catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
+        catalog = ModalCatalog(ModalItems.from_stream(cross_modal), config.checkpoint_dir)
+    else:
+        catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
     metrics = LearningMetrics.of(learner)
     sink = dead_letter_sink(config)
     return ConsumerLoop(
@@ -152,7 +154,6 @@ def build_loop(
         progress,
         fell_back,
         start_state,
-        modal_items,
     )
 
 

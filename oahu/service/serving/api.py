@@ -43,7 +43,7 @@ from oahu.service.console import add_console
 from oahu.service.console.answer_sinks import AnswerSink
 from oahu.service.console.history import LearningHistory
 from oahu.service.metrics import ServiceMetrics
-from oahu.service.modal_items import ModalItems
+from oahu.service.modal_catalog import ModalCatalog
 from oahu.service.serving.answering import ask, neighbour_lists
 from oahu.service.serving.cross_modal import add_cross_modal_routes
 from oahu.service.serving.http_limits import BodySizeLimit, RequestMetrics
@@ -135,7 +135,7 @@ class ServiceView:
     answers: AnswerSink
     read_only: str | None = None  # why writes are refused (a replica), None where they are not
     # a cross-modal model's items by modality (its queries name from/to), None for one modality
-    modal_items: ModalItems | None = None
+    modal_catalog: ModalCatalog | None = None
 
 
 async def ask_suggester(view: ServiceView, request: SuggestRequest) -> SuggestAnswer:
@@ -171,16 +171,10 @@ def create_app(view: ServiceView) -> FastAPI:
     config = view.config
     app.add_middleware(BodySizeLimit, max_bytes=config.max_request_bytes)
     app.add_middleware(RequestMetrics, metrics=view.metrics)
-    if view.modal_items is None:
+    if view.modal_catalog is None:
         _add_single_modality_routes(app, view)
     else:
-        add_cross_modal_routes(
-            app,
-            view.modal_items,
-            lambda: view.publisher.current,  # type: ignore[arg-type,return-value]
-            config.k,
-            config.max_batch_items,
-        )
+        add_cross_modal_routes(app, view, view.modal_catalog)
 
     @app.get("/v1/model", summary="Learner, hedge weights, counters, stream and checkpoint")
     def model() -> dict[str, Any]:
@@ -207,10 +201,12 @@ def create_app(view: ServiceView) -> FastAPI:
             "gallery": len(view.catalog.gallery),
             "version": view.catalog.version,
         }
-        if view.modal_items is not None:
+        if view.modal_catalog is not None:
+            items = view.modal_catalog.items
+            status["items"]["version"] = view.modal_catalog.version
             status["items"]["modalities"] = {
-                m: {"store": len(store), "gallery": len(view.modal_items.galleries[m])}
-                for m, store in view.modal_items.stores.items()
+                m: {"store": len(store), "gallery": len(items.galleries[m])}
+                for m, store in items.stores.items()
             }
         return status
 
@@ -243,7 +239,7 @@ def create_app(view: ServiceView) -> FastAPI:
         }
         return JSONResponse(body, status_code=200 if ok else 503)
 
-    if view.modal_items is None:  # the console draws one modality's items and questions
+    if view.modal_catalog is None:  # the console draws one modality's items and questions
         add_console(app, view)
 
     @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)

@@ -35,6 +35,7 @@ from oahu.service.item_store import ItemStore
 from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
 from oahu.service.metrics import LearningMetrics, ServiceMetrics
+from oahu.service.modal_catalog import ModalCatalog
 from oahu.service.modal_items import (
     ModalItems,
     announces_cross_modal,
@@ -142,9 +143,10 @@ class Service:
         self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
         cross_modal = cross_modal_stream(config)
         # a cross-modal stream's items, by modality: the model is then a cross-modal one
-        self.modal_items = None if cross_modal is None else ModalItems.from_stream(cross_modal)
-        if self.modal_items is not None:
+        self.modal_catalog = None
+        if cross_modal is not None:
             check_cross_modal_config(config)
+            self.modal_catalog = ModalCatalog(ModalItems.from_stream(cross_modal), state_dir)
         self.learner, progress, fell_back = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
         self._show_checkpoint_metrics(self.learner, progress, fell_back)
@@ -160,19 +162,19 @@ class Service:
                 config.kafka_options(KafkaProducer),
             )
         )
-        modal_items = self.modal_items
+        modal = self.modal_catalog
         self.publisher = SnapshotPublisher(
             self.catalog,
             self.metrics,
             config.index,
             config.ivf_nprobe,
             on_published=self.model_publisher and self.model_publisher.snapshot_published,
-            follow_gallery=modal_items is None,
             build=None
-            if modal_items is None
+            if modal is None
             else lambda state, version, rest: build_cross_modal_snapshot(
-                state, modal_items, version, rest
+                state, modal, version, rest
             ),
+            gallery_version=None if modal is None else lambda: modal.gallery_version,
         )
         self.history = LearningHistory()  # the console's curve, from the checkpoint on
         first = self._learner_process(self.learner, progress, fell_back)
@@ -185,6 +187,8 @@ class Service:
         )
         # API item changes go to the learner process (before it runs, it reads the overlay file)
         self.catalog.on_change = self._item_changed
+        if self.modal_catalog is not None:
+            self.modal_catalog.on_change = self._item_changed
         self.metrics.learner_report_age.set_function(lambda: self.learning.report_age or 0.0)
         self.metrics.source_contact_age.set_function(self._source_contact_age)
         m = self.metrics
@@ -207,7 +211,7 @@ class Service:
         an earlier checkpoint than the latest (``restore_checkpoint`` fell back)."""
         config = self.config
         restored = restore_checkpoint(path)
-        expected = config.learner if self.modal_items is None else CrossModalOAHU.name
+        expected = config.learner if self.modal_catalog is None else CrossModalOAHU.name
         if restored is not None:
             learner, progress = restored.learner, restored.progress
             if learner.name != expected:
@@ -217,8 +221,9 @@ class Service:
                 )
             log.info("restored %s: %d constraints consumed", restored.path, progress.consumed)
             return learner, progress, restored.fell_back
-        if self.modal_items is not None:
-            return new_cross_modal_model(self.modal_items, config.seed), Progress(), False
+        if self.modal_catalog is not None:
+            model = new_cross_modal_model(self.modal_catalog.items, config.seed)
+            return model, Progress(), False
         n_features = config.n_features or self.catalog.dim
         if n_features is None:
             raise ValueError(
@@ -293,7 +298,7 @@ class Service:
         config = self.config
         return ServiceView(
             config=config,
-            n_features=0 if self.modal_items is not None else self.learner.n_features,
+            n_features=0 if self.modal_catalog is not None else self.learner.n_features,
             engine=self.engine,
             suggester=self.suggester,
             publisher=self.publisher,
@@ -306,7 +311,7 @@ class Service:
             items_synced=self._items_synced,
             history=self.history,
             answers=self.answers,
-            modal_items=self.modal_items,
+            modal_catalog=self.modal_catalog,
         )
 
     def _items_synced(self, version: int) -> None:

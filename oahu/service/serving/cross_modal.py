@@ -18,7 +18,10 @@ store of its modality). The endpoints:
 - ``POST /v1/embed``: points in the shared space and packed binary codes (hex);
 - ``POST /v1/suggest``: cross-modal pair questions chosen by joint entropy over the galleries
   (CSLP's active sampling); an answer goes back to the stream as a pair message whose items
-  name their modalities.
+  name their modalities;
+- ``POST/DELETE /v1/items`` with a ``modality``: add items to that modality's store (and
+  gallery), or remove them (:class:`~oahu.service.modal_catalog.ModalCatalog`, durable, and
+  applied by the learner process before the answer, as for one modality).
 
 The model embeds in the calling thread under one lock per snapshot: one query at a time, as the
 single-modality query worker answers them, without its batching across requests.
@@ -31,26 +34,31 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numpy as np
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from oahu.connectors.constraint import MISSING_LABEL, DecodeError
 from oahu.inference.cross_modal import CrossModalGallery, Retrieved
 from oahu.learners.cross_modal.learner import CrossModalOAHU
 from oahu.persistence import learner_from_bytes
-from oahu.service.modal_items import ModalItems
+from oahu.service.modal_catalog import ModalCatalog
 from oahu.service.serving.answering import label_value
 from oahu.service.serving.inputs import (
     INT64_MAX,
     MAX_SUGGEST_BATCH,
     Feature,
     ItemId,
+    Label,
     Whole,
     invalid,
 )
+
+if TYPE_CHECKING:
+    from oahu.service.serving.api import ServiceView
 
 __all__ = [
     "CrossModalSnapshot",
@@ -89,18 +97,20 @@ class CrossModalSnapshot:
 
 def build_cross_modal_snapshot(
     state: bytes | CrossModalOAHU,
-    items: ModalItems,
+    catalog: ModalCatalog,
     version: int,
     rest: Callable[[float], None] | None = None,
 ) -> CrossModalSnapshot:
     """Read the model from ``state`` (or reuse one at hand) and index every modality's gallery
-    with it, calling ``rest(seconds the modality took)`` after each (the builder's pacing)."""
+    of ``catalog`` with it, calling ``rest(seconds the modality took)`` after each (the
+    builder's pacing)."""
     model = state if isinstance(state, CrossModalOAHU) else learner_from_bytes(state)[0]
     if not isinstance(model, CrossModalOAHU):
         raise ValueError(f"learner: a cross-modal model expected, got {model.name!r}")
+    gallery_version = catalog.gallery_version  # read first: a change meanwhile looks stale
     gallery = CrossModalGallery(model)
     ids = []
-    for modality, store in items.galleries.items():
+    for modality, store in catalog.items.galleries.items():
         started = time.perf_counter()
         keys, x, y = store.snapshot()
         if keys:
@@ -110,7 +120,9 @@ def build_cross_modal_snapshot(
             rest(time.perf_counter() - started)
     id_array = np.empty(len(ids), dtype=object)
     id_array[:] = ids
-    return CrossModalSnapshot(model, gallery, id_array, version, model.updates, time.time())
+    return CrossModalSnapshot(
+        model, gallery, id_array, version, model.updates, time.time(), gallery_version
+    )
 
 
 # ---------------------------------------------------------------------- request bodies
@@ -133,6 +145,8 @@ class _Bodies:
     Classify: type[BaseModel]
     Verify: type[BaseModel]
     Embed: type[BaseModel]
+    AddItems: type[BaseModel]
+    RemoveItems: type[BaseModel]
 
 
 def _bodies(max_items: int) -> _Bodies:
@@ -166,7 +180,24 @@ def _bodies(max_items: int) -> _Bodies:
         modality: Modality
         items: list[ItemRef] = batch("items")
 
-    return _Bodies(RetrieveQuery, ClassifyQuery, VerifyQuery, EmbedQuery)
+    class NewItem(BaseModel):
+        model_config = _STRICT
+        id: ItemId
+        x: list[Feature]
+        label: Label | None = Field(None, description="class label (int64, not -2^63)")
+
+    class AddItems(BaseModel):
+        model_config = _STRICT
+        modality: Modality
+        items: list[NewItem] = batch("items")
+        gallery: bool = Field(True, description="also add the items to the gallery (needs labels)")
+
+    class RemoveItems(BaseModel):
+        model_config = _STRICT
+        modality: Modality
+        ids: list[ItemId] = batch("ids")
+
+    return _Bodies(RetrieveQuery, ClassifyQuery, VerifyQuery, EmbedQuery, AddItems, RemoveItems)
 
 
 class SuggestQuery(BaseModel):
@@ -176,23 +207,22 @@ class SuggestQuery(BaseModel):
 
 
 # ---------------------------------------------------------------------- the endpoints
-def add_cross_modal_routes(
-    app: FastAPI,
-    items: ModalItems,
-    current: Callable[[], CrossModalSnapshot | None],
-    k_default: int,
-    max_items: int,
-    suggested: Callable[[int], None] | None = None,
-) -> None:
-    """The query endpoints of a cross-modal service on ``app``: ``current()`` is the published
-    snapshot (None before the first), ``k_default`` the ``k`` of a query that names none,
-    ``max_items`` the most items (or pairs) in one request; ``suggested(n)`` hears how many
-    questions ``/v1/suggest`` gave."""
-    bodies = _bodies(max_items)
+def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCatalog) -> None:
+    """The query and item endpoints of the cross-modal service ``view`` on ``app``, over the
+    items of ``catalog``: ``k`` and ``max_batch_items`` come from its settings, the snapshot
+    from its publisher."""
+    # here: the API module mounts these routes, and must not be imported while it loads
+    from oahu.service.serving.api import write_guards
+
+    config = view.config
+    bodies = _bodies(config.max_batch_items)
+    writes = {"dependencies": write_guards(view)}
+    items = catalog.items
+    k_default = config.k
 
     def snapshot() -> CrossModalSnapshot:
-        snap = current()
-        if snap is None:
+        snap = view.publisher.current
+        if not isinstance(snap, CrossModalSnapshot):
             raise HTTPException(503, "no model snapshot published yet")
         return snap
 
@@ -321,8 +351,7 @@ def add_cross_modal_routes(
             }
             for src, anchor, dst, first, _ in questions
         ]
-        if suggested is not None:
-            suggested(len(suggestions))
+        view.metrics.suggestions.labels(strategy="joint-entropy").inc(len(suggestions))
         return JSONResponse(
             {
                 "suggestions": suggestions,
@@ -331,3 +360,39 @@ def add_cross_modal_routes(
                 "seconds": time.perf_counter() - started,
             }
         )
+
+    @app.post("/v1/items", summary="Add items of one modality to its store (and gallery)", **writes)
+    def add_items(body: bodies.AddItems) -> dict[str, Any]:
+        name = modality(body.modality, "modality")
+        ids = [item.id for item in body.items]
+        if len(set(ids)) != len(ids):
+            raise invalid(("items",), "duplicate ids")
+        dim = items.dims[name]
+        for i, item in enumerate(body.items):
+            if body.gallery and item.label is None:
+                raise invalid(("items", i, "label"), "gallery items need a label")
+            if len(item.x) != dim:
+                raise invalid(
+                    ("items", i, "x"), f"modality {name!r} has {dim} features, got {len(item.x)}"
+                )
+        x = np.array([item.x for item in body.items], dtype=np.float32)
+        labels = [MISSING_LABEL if item.label is None else item.label for item in body.items]
+        try:
+            version = catalog.add(name, ids, x, np.array(labels, np.int64), gallery=body.gallery)
+        except (ValueError, DecodeError) as exc:
+            raise invalid(("items",), str(exc)) from None
+        view.publisher.gallery_changed()
+        view.items_synced(version)  # constraints sent after this answer may name the new ids
+        return {"added": len(ids), "modality": name, "items_version": version}
+
+    @app.delete("/v1/items", summary="Remove items of one modality from its store and gallery",
+                **writes)  # fmt: skip
+    def remove_items(body: bodies.RemoveItems) -> dict[str, Any]:
+        name = modality(body.modality, "modality")
+        try:
+            removed, version = catalog.remove(name, body.ids)
+        except DecodeError as exc:
+            raise HTTPException(404, exc.detail) from None
+        view.publisher.gallery_changed()
+        view.items_synced(version)
+        return {"removed": removed, "modality": name, "items_version": version}

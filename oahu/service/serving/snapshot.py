@@ -187,6 +187,8 @@ class SnapshotPublisher:
     builder takes between builds (``REPLICA_BUILD_SHARE`` on a replica). ``build(state or model,
     version, rest)``: how a snapshot is made, for a model whose galleries are not the catalog's
     (a cross-modal one, :mod:`oahu.service.serving.cross_modal`); default :func:`build_snapshot`.
+    ``gallery_version()``: the version of the gallery such a build indexes (default the
+    catalog's gallery's), which a snapshot's ``gallery_version`` records.
     """
 
     def __init__(
@@ -199,9 +201,11 @@ class SnapshotPublisher:
         follow_gallery: bool = True,
         build_share: float = MAX_BUILD_SHARE,
         build: SnapshotBuild | None = None,
+        gallery_version: Callable[[], int] | None = None,
     ) -> None:
         self.catalog = catalog
         self.build = build
+        self.gallery_version = gallery_version or (lambda: catalog.gallery.version)
         self.index, self.nprobe = index, nprobe
         self.metrics = metrics
         self.on_published = on_published
@@ -261,7 +265,7 @@ class SnapshotPublisher:
         return (
             self.follow_gallery
             and current is not None
-            and current.gallery_version != self.catalog.gallery.version
+            and current.gallery_version != self.gallery_version()
         )
 
     def _run(self) -> None:
