@@ -12,8 +12,8 @@ Three kinds of file:
 Every kind reads the same way: a stream file of quadruplets (label-hierarchy streams,
 ``streams/FORMAT.md``) yields binary quadruplet messages, one per constraint. A cross-modal
 stream file (either format, ``oahu.streams.cross_modal``) yields version-2 messages that name
-each item's modality, pairs and triplets in file order; its items, one store per modality, are
-handed out by :meth:`FileSource.modal_items`.
+each item's modality, pairs and triplets in file order; the stream itself, whose items the
+service holds per modality, is ``FileSource.cross_modal``.
 
 Records come as binary messages with items by id (the stream's item indices), so the service
 decodes files and Kafka the same way; the offset of a record is its constraint index. A stream
@@ -144,7 +144,7 @@ class FileSource:
     def items(self) -> StreamItems | None:
         """The stream file's items, or None for a file of messages (which carries none)."""
         if self.cross_modal is not None:
-            return None  # one store per modality: modal_items()
+            return None  # one store per modality: oahu.service.modal_items, from .cross_modal
         if self._lines is None:
             stream = self._stream
         elif self._stream_jsonl:
@@ -152,18 +152,6 @@ class FileSource:
         else:
             return None
         return StreamItems(np.arange(stream.n_items), stream.X, stream.y)
-
-    def modal_items(self) -> dict[str, StreamItems] | None:
-        """A cross-modal stream file's items by modality (each object's features in that
-        modality, ids the object indices), or None for any other file."""
-        stream = self.cross_modal
-        if stream is None:
-            return None
-        ids = np.arange(stream.n_objects)
-        return {
-            m: StreamItems(ids, x, stream.y)
-            for m, x in zip(stream.modalities, stream.X, strict=True)
-        }
 
     @property
     def image_shape(self) -> tuple[int, int] | None:
