@@ -132,3 +132,44 @@ def _bad_lines(tmp_path):
     good = encode_json(Constraint("pair", ids=("1", "2"), similar=True))
     path.write_bytes(b'{"v":1,"kind":"quad"}\n' + good + b'\n{"v":3}\n{"v":1}\n')
     return path
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".jsonl"])
+def test_a_cross_modal_stream_file_reads_as_version_2_messages_in_file_order(tmp_path, suffix):
+    from oahu.streams.cross_modal import PAIR, build_cross_modal_stream, write_cross_modal_jsonl
+    from oahu.streams.views import TwoViews
+
+    rng = np.random.default_rng(0)
+    views = TwoViews(("img", "txt"), (rng.random((30, 4)), rng.random((30, 2))), np.arange(30) % 3)
+    stream = build_cross_modal_stream(views, 25, seed=1, within_share=0.2)
+    path = tmp_path / f"cross{suffix}"
+    stream.save(path) if suffix == ".npz" else write_cross_modal_jsonl(stream, path)
+    source = FileSource(path)
+    assert source.items() is None and source.cross_modal is not None
+
+    def rows(records):  # (kind, ids, modalities, similar) of each record, decoded one by one
+        out = []
+        for r in records:
+            c = decode(r.value)
+            out.append((c.kind, tuple(map(int, c.ids)), c.modalities, c.similar))
+        return out
+
+    read = []
+    while not source.exhausted:
+        read += source.poll(7)
+    names = stream.modalities
+    expected = []
+    for i in range(len(stream)):
+        pair = stream.kinds[i] == PAIR
+        k = 2 if pair else 3
+        expected.append((
+            "pair" if pair else "triplet",
+            tuple(int(o) for o in stream.constraints[i, :k]),
+            tuple(names[m] for m in stream.modality[i, :k]),
+            bool(stream.similar[i]) if pair else None,
+        ))  # fmt: skip
+    assert [r.offset for r in read] == list(range(25))
+    assert rows(read) == expected
+    assert all(decode_batch([r.value]).batches[0].modalities is not None for r in read)
+    source.seek(11)
+    assert rows(source.poll(100)) == expected[11:] and source.lag() == {0: 0}
