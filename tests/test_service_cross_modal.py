@@ -18,7 +18,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import schemathesis
 from fastapi.testclient import TestClient
+from schemathesis import GenerationMode
 from service_support import (
     ServiceProcess,
     assert_same_state,
@@ -26,6 +28,7 @@ from service_support import (
     start_service,
     wait_until,
 )
+from test_service_http_validation import TOKEN, fuzz
 from test_service_kafka import create_topic, produce, service, unique
 from test_service_poison_records import DiscardingLink, ListSource
 
@@ -418,3 +421,39 @@ def test_items_added_and_removed_through_the_api_by_modality(tmp_path: Path):
     expected.learn_pair(img[5], txt[100], ("img", "txt"), False)
     expected.learn_triplet(txt[100], img[100], img[5], ("txt", "img", "img"))
     assert_same_state(model.get_state(), expected.get_state())
+
+
+def test_features_the_model_cannot_embed_are_422_naming_the_item(served):
+    client, stream, _, _ = served
+    big = stream.X[0][0].copy()
+    big[-2:] = 2.7e38, -2.9e38  # finite float32 that overflow the model's arithmetic
+    items = [{"id": 1}, {"x": big.tolist()}]
+    for path, body in (
+        ("/v1/retrieve", {"from": "img", "to": "txt", "items": items}),
+        ("/v1/classify", {"from": "img", "to": "txt", "items": items}),
+        ("/v1/embed", {"modality": "img", "items": items}),
+        ("/v1/verify", {"from": "txt", "to": "img",
+                        "pairs": [{"left": {"id": 1}, "right": it} for it in items]}),
+    ):  # fmt: skip
+        [error] = post(client, path, body, 422)["detail"]
+        where = ["body", "pairs", 1, "right"] if path == "/v1/verify" else ["body", "items", 1]
+        assert error["loc"] == where and "not finite" in error["msg"], path
+
+
+def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(tmp_path: Path):
+    """Requests generated from the cross-modal app's own OpenAPI schema, valid and invalid, with
+    and without the token: never 5xx, every answer as the schema documents it, every request
+    the schema calls invalid refused (tests/test_service_http_validation.py fuzzes the
+    single-modality app the same way)."""
+    path = stream_file(tmp_path, 200, seed=7)
+    service = start_service(path, tmp_path / "state", 200, auth_token=TOKEN, max_batch_items=8)
+    try:
+        with TestClient(service.app) as client:
+            schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
+            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+                statuses = fuzz(schema, mode)
+                assert max(statuses) < 500 and 422 in statuses, (mode, statuses)
+                if mode == GenerationMode.POSITIVE:
+                    assert 200 in statuses
+    finally:
+        service.shutdown()

@@ -656,12 +656,12 @@ def valid_by_the_schema_passes_validation(ctx: Any, response: Any, case: Any) ->
     return None
 
 
-@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
-def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(client, mode) -> None:
-    """Requests generated from the app's own OpenAPI schema, valid and invalid, with and without
-    the token: never 5xx, every answer's status and body as the schema documents, and every
-    request the schema calls invalid refused. Last in this file: it may change any item."""
-    schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
+def fuzz(schema: Any, mode: GenerationMode, examples: int = 100) -> set[int]:
+    """Call the app with ``examples`` requests generated from its OpenAPI ``schema`` in
+    ``mode``, with and without the token, checking each answer: never 5xx, its status and body
+    as the schema documents them, and (negative) every request the schema calls invalid
+    refused or (positive) none it calls valid refused by the request models. The statuses
+    seen."""
     checks = [
         not_a_server_error,
         status_code_conformance,
@@ -675,17 +675,25 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(client, m
     statuses: set[int] = set()
 
     @settings(
-        max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+        max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck)
     )
     @given(case=schema.as_strategy(generation_mode=mode), authorised=st.booleans())
-    def fuzz(case: Any, authorised: bool) -> None:
+    def call(case: Any, authorised: bool) -> None:
         # requests sends a header's str as latin-1: these characters are the token's UTF-8 bytes
         token = f"Bearer {TOKEN}".encode().decode("latin-1")
         headers = {"Authorization": token} if authorised else None
         response = case.call_and_validate(headers=headers, checks=checks)
         statuses.add(response.status_code)
 
-    fuzz()
+    call()
+    return statuses
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
+def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(client, mode) -> None:
+    """Requests generated from the app's own OpenAPI schema, valid and invalid, with and without
+    the token (:func:`fuzz`). Last in this file: it may change any item."""
+    statuses = fuzz(schemathesis.openapi.from_asgi("/openapi.json", client.app), mode)
     assert max(statuses) < 500 and 422 in statuses
     if mode == GenerationMode.POSITIVE:
         assert 200 in statuses

@@ -98,27 +98,36 @@ class CrossModalGallery:
         x: np.ndarray,
         labels: Sequence[int] | None = None,
     ) -> None:
-        """Add items of ``modality`` (their features, one row each) to its gallery."""
+        """Add items of ``modality`` (their features, one row each) to its gallery. An item the
+        model cannot embed (a point that is not finite: features near float32's limits overflow
+        its arithmetic) is left out, since no distance to it is defined."""
         part = self._part(modality, "modality")
         points = self.model.embed(x, modality)
         if len(ids) != len(points):
             raise ValueError(f"ids: one per item, got {len(ids)} for {len(points)} items")
+        finite = np.isfinite(points).all(axis=1)
+        points = points[finite]
         codes = self.model.binary_codes.encode(points, self.bits)
         part.points.add(np.ascontiguousarray(points, dtype=np.float32))
         part.codes.add(codes)
-        part.ids = np.concatenate([part.ids, np.asarray(list(ids), dtype=object)])
-        missing = np.full(len(points), -1) if labels is None else np.asarray(labels)
-        part.labels = np.concatenate([part.labels, missing.astype(np.int64)])
+        part.ids = np.concatenate([part.ids, np.asarray(list(ids), dtype=object)[finite]])
+        missing = np.full(len(finite), -1) if labels is None else np.asarray(labels)
+        part.labels = np.concatenate([part.labels, missing.astype(np.int64)[finite]])
 
     def retrieve(
         self, x: np.ndarray, from_: str, to: str, k: int = 10, hamming: bool = False
     ) -> Retrieved:
         """The ``k`` nearest items of ``to``'s gallery to each query item of ``from_``."""
+        self._part(from_, "from")
+        return self.search(self.model.embed(x, from_), to, k, hamming)
+
+    def search(self, points: np.ndarray, to: str, k: int = 10, hamming: bool = False) -> Retrieved:
+        """The ``k`` nearest items of ``to``'s gallery to each of ``points`` (items already
+        embedded by the model, of any modality)."""
         if int(k) < 1:
             raise ValueError(f"k: a positive integer, got {k!r}")
         part = self._part(to, "to")
-        self._part(from_, "from")
-        points = self.model.embed(x, from_)
+        points = np.ascontiguousarray(points, dtype=np.float32)
         k = min(int(k), len(part.ids))
         if not k:
             empty = np.empty((len(points), 0))
@@ -127,7 +136,7 @@ class CrossModalGallery:
             codes = self.model.binary_codes.encode(points, self.bits)
             distances, found = part.codes.search(codes, k)
         else:
-            distances, found = part.points.search(np.ascontiguousarray(points), k)
+            distances, found = part.points.search(points, k)
         return Retrieved(part.ids[found], part.labels[found], distances)
 
     def suggest(
@@ -169,7 +178,12 @@ class CrossModalGallery:
     ) -> tuple[np.ndarray, np.ndarray]:
         """For pairs (x[i] of ``from_``, y[i] of ``to``): the squared learned distance and
         whether the model deems them linked (below its pair threshold)."""
-        a, b = self.model.embed(x, from_), self.model.embed(y, to)
+        return self.compare(self.model.embed(x, from_), self.model.embed(y, to))
+
+    @staticmethod
+    def compare(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For pairs of points (a[i], b[i]) already embedded: the squared learned distance and
+        whether the model deems them linked (below its pair threshold)."""
         if len(a) != len(b):
             raise ValueError(f"y: one item per item of x, got {len(b)} for {len(a)}")
         distance = ((a - b) ** 2).sum(axis=1)

@@ -212,10 +212,11 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
     items of ``catalog``: ``k`` and ``max_batch_items`` come from its settings, the snapshot
     from its publisher."""
     # here: the API module mounts these routes, and must not be imported while it loads
-    from oahu.service.serving.api import write_guards
+    from oahu.service.serving.api import _responses, write_guards
 
     config = view.config
     bodies = _bodies(config.max_batch_items)
+    queries = {"responses": _responses(413, 503)}
     writes = {"dependencies": write_guards(view)}
     items = catalog.items
     k_default = config.k
@@ -255,6 +256,21 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
     def model_meta(snap: CrossModalSnapshot) -> dict[str, Any]:
         return {**snap.meta(), "code_bits": snap.gallery.bits}
 
+    def points(
+        snap: CrossModalSnapshot, x: np.ndarray, name: str, loc: tuple[Any, ...]
+    ) -> np.ndarray:
+        """``x``'s points in the shared space (under the snapshot's lock); 422 naming the
+        first item whose point is not finite (finite features near float32's limits can
+        overflow the model's arithmetic, and NaN is not JSON)."""
+        with snap.lock:
+            out = snap.learner.embed(x, name)
+        bad = ~np.isfinite(out).all(axis=1)
+        if bad.any():
+            where = (*loc[:1], int(np.argmax(bad)), *loc[1:])
+            raise invalid(where, "the model's embedding of this item is not finite: its "
+                          "features are too large")  # fmt: skip
+        return out
+
     def nearest(body: Any, hamming: bool = False) -> tuple[Retrieved, CrossModalSnapshot]:
         """The ``k`` nearest items of ``body.to``'s gallery to each of ``body.items``."""
         from_, to = modality(body.from_, "from"), modality(body.to, "to")
@@ -262,10 +278,11 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
         snap = snapshot()
         if not snap.gallery.size(to):
             raise HTTPException(503, f"the gallery of modality {to!r} is empty")
+        queries = points(snap, x, from_, ("items",))
         with snap.lock:
-            return snap.gallery.retrieve(x, from_, to, body.k or k_default, hamming), snap
+            return snap.gallery.search(queries, to, body.k or k_default, hamming), snap
 
-    @app.post("/v1/retrieve", summary="The k nearest items of one modality's gallery")
+    @app.post("/v1/retrieve", summary="The k nearest items of one modality's gallery", **queries)
     def retrieve(body: bodies.Retrieve) -> JSONResponse:
         found, snap = nearest(body, body.hamming)
         results = [
@@ -280,7 +297,9 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
         ranking = "hamming" if body.hamming else "learned"
         return JSONResponse({"results": results, "ranking": ranking, "model": model_meta(snap)})
 
-    @app.post("/v1/classify", summary="Majority label of the k nearest items of a gallery")
+    @app.post(
+        "/v1/classify", summary="Majority label of the k nearest items of a gallery", **queries
+    )
     def classify(body: bodies.Classify) -> JSONResponse:
         found, snap = nearest(body)
         predictions = []
@@ -295,31 +314,34 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
             )
         return JSONResponse({"predictions": predictions, "model": model_meta(snap)})
 
-    @app.post("/v1/verify", summary="Are the items of each pair (from, to) linked?")
+    @app.post("/v1/verify", summary="Are the items of each pair (from, to) linked?", **queries)
     def verify(body: bodies.Verify) -> JSONResponse:
         from_, to = modality(body.from_, "from"), modality(body.to, "to")
         left = features([p.left for p in body.pairs], from_, ("pairs", "left"))
         right = features([p.right for p in body.pairs], to, ("pairs", "right"))
         snap = snapshot()
-        with snap.lock:
-            distance, linked = snap.gallery.verify(left, right, from_, to)
+        distance, linked = CrossModalGallery.compare(
+            points(snap, left, from_, ("pairs", "left")),
+            points(snap, right, to, ("pairs", "right")),
+        )
         results = [
             {"similar": bool(s), "distance": float(d)}
             for s, d in zip(linked.tolist(), distance.tolist(), strict=True)
         ]
         return JSONResponse({"results": results, "model": model_meta(snap)})
 
-    @app.post("/v1/embed", summary="Points in the shared space and binary codes of items")
+    @app.post(
+        "/v1/embed", summary="Points in the shared space and binary codes of items", **queries
+    )
     def embed(body: bodies.Embed) -> JSONResponse:
         name = modality(body.modality, "modality")
         x = features(body.items, name, ("items",))
         snap = snapshot()
-        with snap.lock:
-            points = snap.learner.embed(x, name)
-            codes = snap.learner.binary_codes.encode(points, snap.gallery.bits)
+        embedded = points(snap, x, name, ("items",))
+        codes = snap.learner.binary_codes.encode(embedded, snap.gallery.bits)
         return JSONResponse(
             {
-                "embeddings": points.tolist(),
+                "embeddings": embedded.tolist(),
                 "codes": [row.tobytes().hex() for row in codes],
                 "code_bits": snap.gallery.bits,
                 "alpha": snap.alpha.tolist(),
@@ -333,6 +355,8 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
         description="Are the two items linked? Each answer goes back to the input stream as a "
         "pair message whose items name their modalities. Questions are chosen by joint entropy "
         "over the two galleries (CSLP's active sampling).",
+        responses=_responses(401, 413, 503),
+        **writes,
     )
     def suggest(body: SuggestQuery) -> JSONResponse:
         seed = int(np.random.default_rng().integers(INT64_MAX)) if body.seed is None else body.seed
@@ -361,7 +385,12 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
             }
         )
 
-    @app.post("/v1/items", summary="Add items of one modality to its store (and gallery)", **writes)
+    @app.post(
+        "/v1/items",
+        summary="Add items of one modality to its store (and gallery)",
+        responses=_responses(401, 403, 413),
+        **writes,
+    )
     def add_items(body: bodies.AddItems) -> dict[str, Any]:
         name = modality(body.modality, "modality")
         ids = [item.id for item in body.items]
@@ -385,8 +414,12 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
         view.items_synced(version)  # constraints sent after this answer may name the new ids
         return {"added": len(ids), "modality": name, "items_version": version}
 
-    @app.delete("/v1/items", summary="Remove items of one modality from its store and gallery",
-                **writes)  # fmt: skip
+    @app.delete(
+        "/v1/items",
+        summary="Remove items of one modality from its store and gallery",
+        responses=_responses(401, 403, 404, 413),
+        **writes,
+    )
     def remove_items(body: bodies.RemoveItems) -> dict[str, Any]:
         name = modality(body.modality, "modality")
         try:
