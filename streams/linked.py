@@ -43,7 +43,11 @@ __all__ = [
 ]
 
 _LINKED_ARRAYS = ("XA", "XB", "links")  # what a linked .npz must hold
-_XB = ("XA", "XB")  # the array of each modality, for errors
+_NO_DEVELOPMENT_LINK = (
+    "links: no link joins two development objects, and {} is drawn from one; another seed "
+    "splits the objects otherwise"
+)
+_FEATURES = ("XA", "XB")  # the array of each modality, for errors
 # B's split breaks ties under a tag of its own (A's is split_dev_test's).
 _SPLIT_B = 65
 # Rejection rounds before an unlinked partner is drawn from an explicit list: a round keeps a
@@ -76,7 +80,7 @@ def check_links(value: Any, sizes: tuple[int, int]) -> np.ndarray:
             k = int(np.argmax(out))
             raise ValueError(
                 f"link {k} (row {k}), column {column}: {links[k, column]} is not a row of "
-                f"{_XB[column]}, which has rows [0, {n})"
+                f"{_FEATURES[column]}, which has rows [0, {n})"
             )
     keys = link_keys(links, sizes[1])
     order = np.argsort(keys, kind="stable")
@@ -204,7 +208,7 @@ def linked_objects(archive: PairedArchive) -> LinkedObjects:
         "XA, row of XB) pairs)",
     )
     shown, X = archive.shown, []
-    for key in _XB:
+    for key in _FEATURES:
         archive.check_matrix(key)
         try:
             X.append(features_from_array(archive.arrays[key]))
@@ -279,7 +283,7 @@ def split_linked(
     True
     """
     n_a, n_b = sizes
-    for name, n in zip(_XB, sizes, strict=True):
+    for name, n in zip(_FEATURES, sizes, strict=True):
         if n < 2:
             raise ValueError(
                 f"{name}: {n} object; the protocol splits each modality's objects 1:1 into "
@@ -377,16 +381,18 @@ def draw_linked(
     rows = np.flatnonzero(is_pair & linked)
     if len(rows):
         if not len(graph.links):
-            raise ValueError(_no_dev("links", "a linked pair"))
+            raise ValueError(_NO_DEVELOPMENT_LINK.format("a linked pair"))
         link = graph.links[rng.integers(len(graph.links), size=len(rows))]
         out[rows, :2] = np.where(in_a[rows, None], link, link[:, ::-1])
     rows = np.flatnonzero(is_pair & ~linked)
     if len(rows):
-        free = len(dev[1]) - _counts(
-            graph.links[:, 0], dev[0]
-        )  # each development object of A's unlinked partners
+        # How many development objects of B each development object of A is not linked to.
+        free = len(dev[1]) - _counts(graph.links[:, 0], dev[0])
         if free.sum() == 0:
-            raise ValueError(_no_dev("unlinked", "an unlinked pair"))
+            raise ValueError(
+                "links: every development object of A is linked to every development object "
+                "of B, and an unlinked pair needs two that are not"
+            )
         a = dev[0][rng.choice(len(dev[0]), size=len(rows), p=free / free.sum())]
         b = graph.unlinked(a, 0, rng)
         out[rows, :2] = np.where(in_a[rows, None], np.stack([a, b], 1), np.stack([b, a], 1))
@@ -398,21 +404,16 @@ def draw_linked(
         # An anchor linked to every development object of the other modality has no negative.
         open_ = _counts(anchors, anchors) < len(dev[1 - m])
         candidates = graph.links[open_]
+        if not len(graph.links):
+            raise ValueError(_NO_DEVELOPMENT_LINK.format("a triplet"))
         if not len(candidates):
-            raise ValueError(_no_dev("links" if not len(graph.links) else "unlinked", "a triplet"))
+            name = _FEATURES[m]
+            raise ValueError(
+                f"links: every development object of {name} with a development link is linked "
+                "to every development object of the other modality, so no triplet anchored "
+                f"in {name} has a negative"
+            )
         link = candidates[rng.integers(len(candidates), size=len(rows))]
         out[rows, 0], out[rows, 1] = link[:, m], link[:, 1 - m]
         out[rows, 2] = graph.unlinked(link[:, m], m, rng)
     return out
-
-
-def _no_dev(what: str, needs: str) -> str:
-    if what == "links":
-        return (
-            f"links: no link joins two development objects, and {needs} is drawn from one; "
-            "another seed splits the objects otherwise"
-        )
-    return (
-        f"links: every development object of A is linked to every development object of B, "
-        f"and {needs} needs two that are not"
-    )

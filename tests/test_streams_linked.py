@@ -349,18 +349,27 @@ def test_the_one_object_not_linked_to_a_nearly_saturated_anchor_is_found():
 
 
 @pytest.mark.parametrize(
-    ("links", "message"),
+    ("links", "pair_share", "message"),
     [
-        # Every development object of A is linked to every one of B: no unlinked pair.
-        (np.argwhere(np.ones((2, 2))), "every development object of A is linked to every"),
+        # Every development object of A is linked to every one of B: no unlinked pair, and no
+        # anchor with a negative.
+        (np.argwhere(np.ones((2, 2))), 1.0, "every development object of A is linked to every"),
+        (
+            np.argwhere(np.ones((2, 2))),
+            0.0,
+            "every development object of XA with a development link is linked to every "
+            "development object of the other modality, so no triplet anchored in XA has a "
+            "negative",
+        ),
         # One link: it cannot be both a development and a test link.
-        (np.array([[0, 0]]), "links: "),
+        (np.array([[0, 0]]), 0.5, "links: "),
     ],
 )
-def test_links_the_protocol_cannot_draw_from_are_said(links, message):
+def test_links_the_protocol_cannot_draw_from_are_said(links, pair_share, message):
     objects = LinkedObjects(("a", "b"), (np.eye(2), np.eye(2)), links)
-    with pytest.raises(ValueError, match=message):
-        build_cross_modal_stream(objects, 10, 0)
+    with pytest.raises(ValueError) as e:
+        build_cross_modal_stream(objects, 10, 0, pair_share)
+    assert message in str(e.value)
 
 
 def test_constraints_within_one_modality_are_refused_for_linked_objects():
