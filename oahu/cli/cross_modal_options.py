@@ -79,7 +79,8 @@ def add_cross_modal_arguments(parser: argparse.ArgumentParser) -> None:
         "--cross-modal",
         action="store_true",
         help="write a cross-modal stream instead: pairs and triplets whose items are objects "
-        "seen in two views (listed below); --dataset is mfeat, fashion-mnist or a paired .npz",
+        "seen in two views, or linked objects of two modalities (listed below); --dataset is "
+        "mfeat, fashion-mnist, or a paired or linked .npz",
     )
     parser.add_argument(
         "--views",
