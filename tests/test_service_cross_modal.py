@@ -46,6 +46,7 @@ from oahu.service.modal_catalog import ModalCatalog
 from oahu.service.modal_items import ModalItems, new_cross_modal_model
 from oahu.service.serving.app import Service
 from oahu.streams.cross_modal import CrossModalStream, build_cross_modal_stream
+from oahu.streams.linked import LinkedObjects
 from oahu.streams.views import TwoViews
 
 
@@ -455,5 +456,38 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(tmp_path:
                 assert max(statuses) < 500 and 422 in statuses, (mode, statuses)
                 if mode == GenerationMode.POSITIVE:
                     assert 200 in statuses
+    finally:
+        service.shutdown()
+
+
+def test_linked_objects_without_labels_are_learned_and_served(tmp_path: Path):
+    """Drugs and targets: each modality its own objects (60 and 40), links within 4 hidden
+    groups, no labels. The service learns what replay learns, and answers by modality."""
+    rng = np.random.default_rng(8)
+    group_a, group_b = np.arange(60) % 4, np.arange(40) % 4
+    drugs = rng.normal(size=(4, 9))[group_a] + 0.5 * rng.normal(size=(60, 9))
+    targets = rng.normal(size=(4, 5))[group_b] + 0.5 * rng.normal(size=(40, 5))
+    links = np.argwhere(group_a[:, None] == group_b[None, :])
+    links = links[rng.random(len(links)) < 0.3]
+    objects = LinkedObjects(("drug", "target"), (drugs, targets), links)
+    path = tmp_path / "linked.npz"
+    build_cross_modal_stream(objects, 400, seed=0).save(path)
+    stream = CrossModalStream.load(path)
+    service = start_service(path, tmp_path / "state", 400)
+    try:
+        served = service.publisher.current.learner.get_state(queries_only=True)
+        assert_same_state(served, reference(path).get_state(queries_only=True))
+        with TestClient(service.app) as client:
+            status = client.get("/v1/model").json()["items"]["modalities"]
+            assert status["drug"]["store"] == 60 and status["target"]["store"] == 40
+            dev_b = set(stream.dev_objects(1).astype(str).tolist())
+            query = {"from": "drug", "to": "target", "k": 3, "items": [{"id": 0}, {"id": 59}]}
+            for row in post(client, "/v1/retrieve", query)["results"]:
+                assert len(row) == 3 and all(r["id"] in dev_b and r["label"] is None for r in row)
+            out = post(client, "/v1/classify", query)
+            assert out["predictions"] == [{"label": None, "scores": {}}] * 2  # nothing to vote
+            out = post(client, "/v1/suggest", {"batch": 3, "seed": 0})
+            assert [{q["left"]["modality"], q["right"]["modality"]} for q in out["suggestions"]] \
+                == [{"drug", "target"}] * 3  # fmt: skip
     finally:
         service.shutdown()

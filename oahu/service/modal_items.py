@@ -3,10 +3,11 @@
 A service learns a cross-modal model (``CrossModalOAHU``) when its items come from a cross-modal
 stream file (:mod:`oahu.streams.cross_modal`): the stream file it reads, or (a Kafka source, or
 a file of messages) the file given as ``--items``. Every object of that file is an item of each
-modality, by the same id (its index) in each; the development objects, with their labels, are
-each modality's gallery. Constraints name items by id and modality, and queries name the
-modality they search from and the one they search in, so an id means nothing without its
-modality.
+modality, by the same id (its index) in each, or, for linked objects (each modality its own
+objects, :mod:`oahu.streams.linked`), by its index in its modality; the development objects,
+with their labels (none for linked objects), are each modality's gallery. Constraints name
+items by id and modality, and queries name the modality they search from and the one they
+search in, so an id means nothing without its modality.
 
 Both processes of the service build the same :class:`ModalItems` from the same file: the learner
 process resolves the ids constraints name, the serving process those queries name and indexes
