@@ -195,6 +195,17 @@ def test_suggest_asks_cross_modal_pair_questions_about_gallery_items(served):
         assert q["kind"] == "pair"
         assert {q["left"]["modality"], q["right"]["modality"]} == {"img", "txt"}
         assert q["left"]["id"] in dev and q["right"]["id"] in dev
+    for q in post(client, "/v1/suggest", {"batch": 4, "seed": 1, "kinds": "triplets"})[
+        "suggestions"
+    ]:
+        assert q["kind"] == "triplet" and set(q) == {"kind", "anchor", "first", "second"}
+        other = q["first"]["modality"]
+        assert q["second"]["modality"] == other != q["anchor"]["modality"]
+        assert q["first"]["id"] != q["second"]["id"]
+    kinds = {q["kind"] for q in post(client, "/v1/suggest", {"batch": 40, "kinds": "both"})[
+        "suggestions"
+    ]}  # fmt: skip
+    assert kinds <= {"pair", "triplet"}
     # an answer is a version-2 pair message the learner reads
     q = out["suggestions"][0]
     message = Constraint("pair", ids=(q["left"]["id"], q["right"]["id"]), similar=True,

@@ -16,9 +16,10 @@ store of its modality). The endpoints:
 - ``POST /v1/verify``: whether each pair (left in ``from``, right in ``to``) is linked;
 - ``POST /v1/classify``: the majority label of the ``k`` nearest items of ``to``'s gallery;
 - ``POST /v1/embed``: points in the shared space and packed binary codes (hex);
-- ``POST /v1/suggest``: cross-modal pair questions chosen by joint entropy over the galleries
-  (CSLP's active sampling); an answer goes back to the stream as a pair message whose items
-  name their modalities;
+- ``POST /v1/suggest``: cross-modal questions chosen by joint entropy over the galleries
+  (CSLP's active sampling), pairs ("are they linked?") by default, or preferences ("is the
+  anchor closer to first or to second?"), or both competing; an answer goes back to the stream
+  as a pair or triplet message whose items name their modalities;
 - ``POST/DELETE /v1/items`` with a ``modality``: add items to that modality's store (and
   gallery), or remove them (:class:`~oahu.service.modal_catalog.ModalCatalog`, durable, and
   applied by the learner process before the answer, as for one modality).
@@ -34,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 from fastapi import FastAPI, HTTPException
@@ -203,6 +204,12 @@ def _bodies(max_items: int) -> _Bodies:
 class SuggestQuery(BaseModel):
     model_config = _STRICT
     batch: Annotated[int, Field(ge=1, le=MAX_SUGGEST_BATCH), Whole]
+    kinds: Literal["pairs", "triplets", "both"] = Field(
+        "pairs",
+        description="pairs (are the two linked?), triplets (is the anchor closer to first or "
+        "to second?) or both, competing: pairs by default, which taught more per answer on "
+        "development data (docs/cross-modal.md)",
+    )
     seed: Annotated[int, Field(ge=0, lt=INT64_MAX + 1), Whole] | None = None
 
 
@@ -351,9 +358,10 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
 
     @app.post(
         "/v1/suggest",
-        summary="Cross-modal pair questions whose answers would teach the model most",
-        description="Are the two items linked? Each answer goes back to the input stream as a "
-        "pair message whose items name their modalities. Questions are chosen by joint entropy "
+        summary="Cross-modal questions whose answers would teach the model most",
+        description="Are the two items linked (pairs)? Is the anchor closer to first or to "
+        "second (triplets)? Each answer goes back to the input stream as a pair or triplet "
+        "message whose items name their modalities. Questions are chosen by joint entropy "
         "over the two galleries (CSLP's active sampling).",
         responses=_responses(401, 413, 503),
         **writes,
@@ -364,7 +372,7 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
         started = time.perf_counter()
         try:
             with snap.lock:
-                questions = snap.gallery.suggest(body.batch, seed=seed)
+                questions = snap.gallery.suggest(body.batch, seed=seed, kinds=body.kinds)
         except ValueError as exc:  # fewer than two galleries with items
             raise HTTPException(503, str(exc)) from None
         suggestions = [
@@ -373,7 +381,14 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
                 "left": {"id": str(anchor), "modality": src},
                 "right": {"id": str(first), "modality": dst},
             }
-            for src, anchor, dst, first, _ in questions
+            if second is None
+            else {
+                "kind": "triplet",
+                "anchor": {"id": str(anchor), "modality": src},
+                "first": {"id": str(first), "modality": dst},
+                "second": {"id": str(second), "modality": dst},
+            }
+            for src, anchor, dst, first, second in questions
         ]
         view.metrics.suggestions.labels(strategy="joint-entropy").inc(len(suggestions))
         return JSONResponse(
