@@ -334,6 +334,9 @@ def test_a_file_of_messages_with_the_items_in_a_cross_modal_stream_file(tmp_path
          "--exit-at-end"], tmp_path / "service.log",
     )  # fmt: skip
     assert service.proc.wait(timeout=120) == 0, service.output()
+    banner = service.output()
+    assert "oahu run: oahu-cross-modal learning from" in banner
+    assert "  console  " not in banner  # the console is not mounted on a cross-modal service
     model, progress = read_checkpoint(checkpoint_path(state))
     assert progress.consumed == 200 and not progress.dead_letters
     assert_same_state(model.get_state(), reference(path).get_state())

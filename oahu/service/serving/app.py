@@ -397,9 +397,10 @@ class Service:
             return 1
         self.start()
         base = base_url(self.config, http)
+        console = f"  console  {base}/\n" if self.modal_catalog is None else ""
         print(
             f"oahu run: {self.learner.name} learning from {self.config.source}\n"
-            f"  console  {base}/\n"
+            f"{console}"
             f"  API      {base}/v1/classify  (docs {base}/docs)\n"
             f"  model    {base}/v1/model\n"
             f"  metrics  {base}/metrics\n"
