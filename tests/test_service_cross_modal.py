@@ -505,3 +505,22 @@ def test_linked_objects_without_labels_are_learned_and_served(tmp_path: Path):
                 == [{"drug", "target"}] * 3  # fmt: skip
     finally:
         service.shutdown()
+
+
+def test_a_snapshot_is_built_a_slice_at_a_time_with_rests_between(tmp_path: Path, monkeypatch):
+    from oahu.service.serving import cross_modal as serving
+
+    path = stream_file(tmp_path, 30, seed=9)
+    catalog = ModalCatalog(ModalItems.from_stream(CrossModalStream.load(path)), tmp_path)
+    model = new_cross_modal_model(catalog.items)
+    whole = serving.build_cross_modal_snapshot(model, catalog, version=1)
+    monkeypatch.setattr(serving, "GALLERY_SLICE", 7)
+    rests: list[float] = []
+    sliced = serving.build_cross_modal_snapshot(model, catalog, 2, rest=rests.append)
+    assert len(rests) == 2 * -(-120 // 7)  # each modality's 120 gallery items, 7 at a time
+    assert sliced.gallery_ids.tolist() == whole.gallery_ids.tolist()
+    assert sliced.gallery_version == whole.gallery_version == catalog.gallery_version
+    queries = model.embed(CrossModalStream.load(path).X[0][:5], "img")
+    for hamming in (False, True):
+        a, b = (s.gallery.search(queries, "txt", 10, hamming) for s in (whole, sliced))
+        np.testing.assert_allclose(a.distances, b.distances, rtol=1e-5, atol=1e-6)

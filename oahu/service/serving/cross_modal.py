@@ -57,6 +57,7 @@ from oahu.service.serving.inputs import (
     Whole,
     invalid,
 )
+from oahu.service.serving.snapshot import GALLERY_SLICE
 
 if TYPE_CHECKING:
     from oahu.service.serving.api import ServiceView
@@ -103,8 +104,8 @@ def build_cross_modal_snapshot(
     rest: Callable[[float], None] | None = None,
 ) -> CrossModalSnapshot:
     """Read the model from ``state`` (or reuse one at hand) and index every modality's gallery
-    of ``catalog`` with it, calling ``rest(seconds the modality took)`` after each (the
-    builder's pacing)."""
+    of ``catalog`` with it, ``GALLERY_SLICE`` items at a time, calling ``rest(seconds the
+    slice took)`` after each (the builder's pacing, as for one modality)."""
     model = state if isinstance(state, CrossModalOAHU) else learner_from_bytes(state)[0]
     if not isinstance(model, CrossModalOAHU):
         raise ValueError(f"learner: a cross-modal model expected, got {model.name!r}")
@@ -112,13 +113,15 @@ def build_cross_modal_snapshot(
     gallery = CrossModalGallery(model)
     ids = []
     for modality, store in catalog.items.galleries.items():
-        started = time.perf_counter()
         keys, x, y = store.snapshot()
-        if keys:
-            gallery.add(modality, keys, x, y)
-            ids += keys
-        if rest is not None:
-            rest(time.perf_counter() - started)
+        ids += keys
+        # a slice at a time, resting between: a rebuild's bursts of CPU stay short
+        for start in range(0, len(keys), GALLERY_SLICE):
+            started = time.perf_counter()
+            part = slice(start, start + GALLERY_SLICE)
+            gallery.add(modality, keys[part], x[part], y[part])
+            if rest is not None:
+                rest(time.perf_counter() - started)
     id_array = np.empty(len(ids), dtype=object)
     id_array[:] = ids
     return CrossModalSnapshot(
