@@ -73,7 +73,8 @@ class ServiceConfig:
         None,
         "constraint source: file:///abs/path/stream.npz (or .jsonl, or one message per line) or "
         "kafka://HOST:PORT/TOPIC?group=NAME; default: a digits stream built once and cached "
-        "in the checkpoint dir",
+        "in the checkpoint dir. A cross-modal stream file is learned by oahu's cross-modal "
+        "model and served across modalities (docs/cross-modal.md)",
         "URI",
     )
     checkpoint_dir: str = _opt("oahu-state", "directory for checkpoints and service state", "DIR")
@@ -101,7 +102,11 @@ class ServiceConfig:
         None, "input dimension; default: that of the checkpoint, item store or gallery", "D"
     )
     items: str | None = _opt(
-        None, "item store file (.npz with ids, X[, y], or a stream file): features by id", "FILE"
+        None,
+        "item store file (.npz with ids, X[, y], or a stream file): features by id; a "
+        "cross-modal stream file makes the service cross-modal (its items by modality, "
+        "docs/cross-modal.md)",
+        "FILE",
     )
     gallery: str | None = _opt(
         None,
