@@ -83,11 +83,14 @@ def learn_cross_modal(
             (index[r], UNSUPPORTED_MODALITY, _modality_detail(model, batch, names[r]))
         )
     features = _resolve(batch, names, items, ok, out)
-    for r in np.flatnonzero(ok).tolist():
-        similar = None if batch.similar is None else bool(batch.similar[r])
-        changed = model.learn_one(batch.kind, [f[r] for f in features], names[r], similar)
-        out.learned += 1
-        out.used += int(changed)
+    rows = np.flatnonzero(ok).tolist()
+    changed = model.learn_many(
+        batch.kind,
+        [[f[r] for f in features] for r in rows],
+        [names[r] for r in rows],
+        None if batch.similar is None else [bool(batch.similar[r]) for r in rows],
+    )
+    out.learned, out.used = len(rows), int(changed.sum())
     out.errors.sort(key=lambda e: e[0])
     return out
 
