@@ -524,3 +524,56 @@ def test_a_snapshot_is_built_a_slice_at_a_time_with_rests_between(tmp_path: Path
     for hamming in (False, True):
         a, b = (s.gallery.search(queries, "txt", 10, hamming) for s in (whole, sliced))
         np.testing.assert_allclose(a.distances, b.distances, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.kafka
+@pytest.mark.timeout(300)
+def test_a_replica_answers_as_the_cross_modal_learner_service_does(kafka_bootstrap, tmp_path):
+    n = 1000
+    path = stream_file(tmp_path, n, seed=10)
+    topic = f"kafka://{kafka_bootstrap}/{unique('cross-modal-model')}"
+    run = ["--source", path.as_uri(), "--checkpoint-dir", str(tmp_path / "state"),
+           "--publish-model", topic, "--reindex-interval", "0.2"]  # fmt: skip
+    learner = ServiceProcess(run, tmp_path / "learner.log")
+    learner.wait_consumed(n)
+    replica = ServiceProcess(["--model-topic", topic, "--items", str(path)],
+                             tmp_path / "replica.log", command="serve")  # fmt: skip
+    queries = {
+        "/v1/retrieve": {"from": "img", "to": "txt", "k": 5,
+                         "items": [{"id": i} for i in range(0, 240, 24)]},
+        "/v1/verify": {"from": "txt", "to": "img",
+                       "pairs": [{"left": {"id": i}, "right": {"id": i + 1}} for i in range(5)]},
+        "/v1/embed": {"modality": "txt", "items": [{"id": 3}]},
+    }  # fmt: skip
+
+    def answer(service: ServiceProcess, endpoint: str) -> dict | None:
+        try:
+            response = httpx.post(service.base + endpoint, json=queries[endpoint], timeout=10)
+        except httpx.HTTPError:
+            return None
+        return response.json() if response.status_code == 200 else None
+
+    def same_snapshot() -> bool:
+        mine, theirs = answer(learner, "/v1/retrieve"), answer(replica, "/v1/retrieve")
+        return theirs is not None and mine is not None and theirs["model"] == mine["model"]
+
+    wait_until(same_snapshot, 90, "the replica to serve the learner's snapshot")
+    assert replica.get("/readyz").status_code == 200
+    for endpoint in queries:  # same snapshot, same answers
+        assert answer(replica, endpoint) == answer(learner, endpoint), endpoint
+    assert answer(learner, "/v1/retrieve")["model"]["updates"] == n
+    # a text added to the learner service reaches the replica; the replica takes no writes
+    x = CrossModalStream.load(path).X[1][7].tolist()
+    new = {"modality": "txt", "items": [{"id": "t-new", "x": x, "label": 2}]}
+    assert httpx.post(learner.base + "/v1/items", json=new, timeout=30).status_code == 200
+    probe = {"from": "txt", "to": "txt", "k": 2, "items": [{"id": "t-new"}]}
+
+    def has_new_item(service: ServiceProcess) -> bool:
+        found = httpx.post(service.base + "/v1/retrieve", json=probe, timeout=10)
+        return found.status_code == 200 and "t-new" in {r["id"] for r in found.json()["results"][0]}
+
+    wait_until(lambda: has_new_item(learner), 30, "the learner's new item")
+    wait_until(lambda: has_new_item(replica), 30, "the replica's copy of the new item")
+    refused = httpx.post(replica.base + "/v1/items", json=new, timeout=30)
+    assert refused.status_code == 403 and "replica" in refused.json()["detail"]
+    assert learner.terminate() == 0 and replica.terminate() == 0

@@ -16,6 +16,7 @@ the learner process's replica ``apply``s them in the same order.
 from __future__ import annotations
 
 import dataclasses
+import io
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +29,8 @@ from oahu.service.item_store import ItemStore
 from oahu.service.modal_items import ModalItems
 
 __all__ = ["ModalCatalog", "overlay_file"]
+
+_OVERLAY_KEY = "overlay."  # then the modality: each modality's overlay in ModalCatalog.overlay
 
 
 def overlay_file(modality: str) -> str:
@@ -125,6 +128,46 @@ class ModalCatalog:
                 return
             catalog = self.catalog(change.modality)
             catalog.apply(dataclasses.replace(change, version=catalog.version + 1))
+
+    # ------------------------------------------------------------------ replicas
+    def overlay(self) -> bytes:
+        """Every modality's overlay as it stands (:meth:`Catalog.overlay`), in one .npz, what
+        :meth:`follow` applies elsewhere (a serving replica, through Kafka)."""
+        with self._lock:
+            parts = {
+                f"{_OVERLAY_KEY}{m}": np.frombuffer(c.overlay(), dtype=np.uint8)
+                for m, c in self.catalogs.items()
+            }
+        buffer = io.BytesIO()
+        np.savez(buffer, **parts)
+        return buffer.getvalue()
+
+    def follow(self, overlay: bytes, base: Callable[[], ModalItems]) -> None:
+        """Become ``base()``'s items with ``overlay`` (another ModalCatalog's :meth:`overlay`)
+        applied, modality by modality, as a serving replica follows the learner service's
+        items; nothing is written, and readers see each modality's old items or its new.
+
+        >>> import tempfile
+        >>> from oahu.streams.cross_modal import PAIR, CrossModalStream
+        >>> stream = CrossModalStream(
+        ...     ("img", "txt"), (np.eye(3, dtype=np.float32), np.ones((3, 2), np.float32)),
+        ...     y=[0, 0, 1], dev_idx=[0, 1], test_idx=[2], constraints=[[0, 1, -1]],
+        ...     modality=[[0, 1, -1]], kinds=[PAIR], similar=[True])
+        >>> owner = ModalCatalog(ModalItems.from_stream(stream), Path(tempfile.mkdtemp()))
+        >>> owner.add("txt", ["new"], [[0.5, 0.5]], [1], gallery=True)
+        1
+        >>> replica = ModalCatalog(ModalItems.from_stream(stream), Path(tempfile.mkdtemp()))
+        >>> replica.follow(owner.overlay(), lambda: ModalItems.from_stream(stream))
+        >>> replica.version, "new" in replica.items.galleries["txt"]
+        (1, True)
+        """
+        fresh = base()
+        with np.load(io.BytesIO(overlay), allow_pickle=False) as npz:
+            parts = {m: npz[f"{_OVERLAY_KEY}{m}"].tobytes() for m in self.catalogs}
+        with self._lock:
+            for m, catalog in self.catalogs.items():
+                stores = (fresh.stores[m], fresh.galleries[m])
+                catalog.follow(parts[m], lambda stores=stores: stores)
 
     def lookup(self, modality: str, ids: Any) -> tuple[np.ndarray, np.ndarray]:
         """Features of ``ids`` in ``modality`` and a bool mask of the ids found."""

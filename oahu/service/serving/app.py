@@ -94,15 +94,13 @@ def initial_items(config: ServiceConfig) -> tuple[ItemStore, ItemStore]:
 
 def check_cross_modal_config(config: ServiceConfig) -> None:
     """``ValueError`` naming the setting a cross-modal service does not take: its stream is
-    learned by oahu's cross-modal model, with that model's defaults, in one learner process,
-    and served by this process only."""
+    learned by oahu's cross-modal model, with that model's defaults, in one learner process."""
     given = {
         "learner": config.learner != "oahu",
         "learner_params": bool(config.learner_params),
         "preset": config.preset is not None,
         "self_paced": config.self_paced,
         "learners": config.learners != 1,
-        "publish_model": config.publish_model is not None,
         "suggest_topic": config.suggest_topic is not None,
     }
     for name, set_ in given.items():
@@ -156,7 +154,7 @@ class Service:
             if config.publish_model is None
             else ModelPublisher(
                 config.publish_model,
-                self.catalog,
+                self.modal_catalog or self.catalog,
                 self.metrics,
                 lambda: self.status,
                 config.kafka_options(KafkaProducer),

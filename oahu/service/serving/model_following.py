@@ -25,6 +25,8 @@ from oahu.connectors.kafka_uri import parse_kafka_uri
 from oahu.service.catalog import Catalog
 from oahu.service.console.history import LearningHistory
 from oahu.service.item_store import ItemStore
+from oahu.service.modal_catalog import ModalCatalog
+from oahu.service.modal_items import ModalItems
 from oahu.service.serving.model_publishing import items_topic
 from oahu.service.serving.snapshot import SnapshotPublisher
 
@@ -50,8 +52,8 @@ class ModelFollower:
         self,
         uri: str,
         publisher: SnapshotPublisher,
-        catalog: Catalog,
-        base: Callable[[], tuple[ItemStore, ItemStore]],
+        catalog: Catalog | ModalCatalog,
+        base: Callable[[], tuple[ItemStore, ItemStore]] | Callable[[], ModalItems],
         history: LearningHistory,
         options: dict[str, Any] | None = None,
     ) -> None:

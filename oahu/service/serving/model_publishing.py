@@ -30,6 +30,7 @@ from oahu.connectors.kafka_source import Backoff
 from oahu.connectors.kafka_uri import parse_kafka_uri
 from oahu.service.catalog import Catalog
 from oahu.service.metrics import ServiceMetrics
+from oahu.service.modal_catalog import ModalCatalog
 from oahu.service.serving.snapshot import Snapshot
 
 __all__ = ["ModelPublisher", "items_topic", "latest_version"]
@@ -71,7 +72,7 @@ class ModelPublisher:
     def __init__(
         self,
         uri: str,
-        catalog: Catalog,
+        catalog: Catalog | ModalCatalog,
         metrics: ServiceMetrics,
         status: Any,
         options: dict[str, Any] | None = None,
