@@ -148,11 +148,10 @@ class ModalCatalog:
         items; nothing is written, and readers see each modality's old items or its new.
 
         >>> import tempfile
-        >>> from oahu.streams.cross_modal import PAIR, CrossModalStream
-        >>> stream = CrossModalStream(
-        ...     ("img", "txt"), (np.eye(3, dtype=np.float32), np.ones((3, 2), np.float32)),
-        ...     y=[0, 0, 1], dev_idx=[0, 1], test_idx=[2], constraints=[[0, 1, -1]],
-        ...     modality=[[0, 1, -1]], kinds=[PAIR], similar=[True])
+        >>> from oahu.streams.cross_modal import build_cross_modal_stream
+        >>> from oahu.streams.views import TwoViews
+        >>> views = TwoViews(("img", "txt"), (np.eye(8), np.ones((8, 2))), np.arange(8) % 2)
+        >>> stream = build_cross_modal_stream(views, n_constraints=2, seed=0)
         >>> owner = ModalCatalog(ModalItems.from_stream(stream), Path(tempfile.mkdtemp()))
         >>> owner.add("txt", ["new"], [[0.5, 0.5]], [1], gallery=True)
         1
