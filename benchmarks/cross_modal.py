@@ -39,7 +39,7 @@ import numpy as np
 
 from oahu.experiments.cross_modal_active import cross_modal_oracle
 from oahu.experiments.cross_modal_replay import replay_cross_modal
-from oahu.streams.cross_modal import build_cross_modal_stream
+from oahu.streams.cross_modal_protocol import build_cross_modal_stream
 from oahu.streams.views import load_views
 
 RESULTS = Path(__file__).resolve().parent / "results"

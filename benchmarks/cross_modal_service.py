@@ -35,7 +35,7 @@ from service_throughput import service_rate
 from oahu.experiments.cross_modal_replay import learn_row, prepared_model
 from oahu.service.config import ServiceConfig
 from oahu.streams.benchmark_stream import build_stream
-from oahu.streams.cross_modal import build_cross_modal_stream
+from oahu.streams.cross_modal_protocol import build_cross_modal_stream
 from oahu.streams.views import load_views
 from oahu.threads import use_native_threads
 

@@ -50,7 +50,7 @@ _EXPORTS: dict[str, str] = {
     "DATASETS": "oahu.streams.datasets",
     "load_dataset": "oahu.streams.datasets",
     "CrossModalStream": "oahu.streams.cross_modal",
-    "build_cross_modal_stream": "oahu.streams.cross_modal",
+    "build_cross_modal_stream": "oahu.streams.cross_modal_protocol",
     "load_views": "oahu.streams.views",
     "load_paired": "oahu.streams.views",
     # learning and evaluating

@@ -7,8 +7,9 @@ and n_b may differ, and a link (i, j) says that object i of A and object j of B 
 There are no class labels.
 
 :func:`load_linked` reads the user's ``.npz`` of them, :func:`load_cross_modal_data` either kind
-of file, told by its arrays. :func:`oahu.streams.cross_modal.build_cross_modal_stream` draws
-CSLP's constraints from the links: :func:`split_linked` splits each modality's objects into
+of file, told by its arrays.
+:func:`oahu.streams.cross_modal_protocol.build_cross_modal_stream` draws CSLP's constraints
+from the links: :func:`split_linked` splits each modality's objects into
 development and test objects, :func:`draw_linked` draws the constraints' objects
 (streams/FORMAT.md, "Cross-modal streams from links").
 """

@@ -10,7 +10,8 @@ from test_streams_cross_modal import assert_same
 from oahu.cli.main import main
 from oahu.streams import packaged_datasets as packaged
 from oahu.streams.benchmark_stream import build_stream
-from oahu.streams.cross_modal import build_cross_modal_stream, load_cross_modal_stream
+from oahu.streams.cross_modal import load_cross_modal_stream
+from oahu.streams.cross_modal_protocol import build_cross_modal_stream
 from oahu.streams.stream_file import load_stream
 from oahu.streams.views import load_paired, load_views
 

@@ -136,7 +136,8 @@ def _bad_lines(tmp_path):
 
 @pytest.mark.parametrize("suffix", [".npz", ".jsonl"])
 def test_a_cross_modal_stream_file_reads_as_version_2_messages_in_file_order(tmp_path, suffix):
-    from oahu.streams.cross_modal import PAIR, build_cross_modal_stream, write_cross_modal_jsonl
+    from oahu.streams.cross_modal import PAIR, write_cross_modal_jsonl
+    from oahu.streams.cross_modal_protocol import build_cross_modal_stream
     from oahu.streams.views import TwoViews
 
     rng = np.random.default_rng(0)

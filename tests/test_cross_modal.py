@@ -240,7 +240,7 @@ def test_recall_and_auc():
 # ---------------------------------------------------------------------- end to end
 @needs_mfeat
 def test_mfeat_cross_modal_learner_beats_cca_after_a_few_thousand_constraints():
-    from oahu.streams.cross_modal import build_cross_modal_stream
+    from oahu.streams.cross_modal_protocol import build_cross_modal_stream
     from oahu.streams.views import load_views
 
     stream = build_cross_modal_stream(load_views("mfeat"), 4000, seed=11)
@@ -254,7 +254,7 @@ def test_mfeat_cross_modal_learner_beats_cca_after_a_few_thousand_constraints():
 
 @needs_mfeat
 def test_active_questions_are_cross_modal_and_spend_the_budget():
-    from oahu.streams.cross_modal import build_cross_modal_stream
+    from oahu.streams.cross_modal_protocol import build_cross_modal_stream
     from oahu.streams.views import load_views
 
     stream = build_cross_modal_stream(load_views("mfeat"), 1000, seed=3)
@@ -481,7 +481,7 @@ def test_the_gallery_suggests_questions_across_its_modalities():
 
 @needs_mfeat
 def test_a_view_narrower_than_64_gives_cca_sign_codes_of_its_width():
-    from oahu.streams.cross_modal import build_cross_modal_stream
+    from oahu.streams.cross_modal_protocol import build_cross_modal_stream
     from oahu.streams.views import load_views
 
     stream = build_cross_modal_stream(load_views("mfeat", ("mor", "fou")), 10, seed=0)

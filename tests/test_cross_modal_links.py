@@ -24,7 +24,8 @@ from oahu.experiments.cross_modal_replay import (
     fit_reference,
     replay_cross_modal,
 )
-from oahu.streams.cross_modal import build_cross_modal_stream, load_cross_modal_stream
+from oahu.streams.cross_modal import load_cross_modal_stream
+from oahu.streams.cross_modal_protocol import build_cross_modal_stream
 from oahu.streams.linked import load_linked
 
 # The keys `oahu replay --cross-modal --json` prints for labelled objects, and so for linked.

@@ -45,7 +45,8 @@ from oahu.service.metrics import LearningMetrics
 from oahu.service.modal_catalog import ModalCatalog
 from oahu.service.modal_items import ModalItems, new_cross_modal_model
 from oahu.service.serving.app import Service
-from oahu.streams.cross_modal import CrossModalStream, build_cross_modal_stream
+from oahu.streams.cross_modal import CrossModalStream
+from oahu.streams.cross_modal_protocol import build_cross_modal_stream
 from oahu.streams.linked import LinkedObjects
 from oahu.streams.views import TwoViews
 

@@ -21,11 +21,11 @@ from oahu.streams.cross_modal import (
     PAIR,
     TRIPLET,
     CrossModalStream,
-    build_cross_modal_stream,
     load_cross_modal_stream,
     read_cross_modal_jsonl,
     write_cross_modal_jsonl,
 )
+from oahu.streams.cross_modal_protocol import build_cross_modal_stream
 from oahu.streams.dataset import Dataset
 from oahu.streams.datasets import FASHION_MNIST_ROOT, load_dataset
 from oahu.streams.stream_file import ConstraintStream, load_stream, write_jsonl

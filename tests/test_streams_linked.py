@@ -19,11 +19,11 @@ from oahu.streams.cross_modal import (
     PAIR,
     TRIPLET,
     CrossModalStream,
-    build_cross_modal_stream,
     load_cross_modal_stream,
     read_cross_modal_jsonl,
     write_cross_modal_jsonl,
 )
+from oahu.streams.cross_modal_protocol import build_cross_modal_stream
 from oahu.streams.jsonl import check_fields
 from oahu.streams.linked import (
     LinkedObjects,

@@ -7,7 +7,8 @@ import argparse
 import textwrap
 
 from oahu.checks import check_number
-from oahu.streams.cross_modal import CrossModalStream, build_cross_modal_stream
+from oahu.streams.cross_modal import CrossModalStream
+from oahu.streams.cross_modal_protocol import build_cross_modal_stream
 from oahu.streams.datasets import looks_like_path
 from oahu.streams.linked import LinkedObjects, load_cross_modal_data
 from oahu.streams.views import DEFAULT_VIEWS, VIEWS, TwoViews, load_views

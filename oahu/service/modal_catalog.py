@@ -148,7 +148,7 @@ class ModalCatalog:
         items; nothing is written, and readers see each modality's old items or its new.
 
         >>> import tempfile
-        >>> from oahu.streams.cross_modal import build_cross_modal_stream
+        >>> from oahu.streams.cross_modal_protocol import build_cross_modal_stream
         >>> from oahu.streams.views import TwoViews
         >>> views = TwoViews(("img", "txt"), (np.eye(8), np.ones((8, 2))), np.arange(8) % 2)
         >>> stream = build_cross_modal_stream(views, n_constraints=2, seed=0)
