@@ -49,8 +49,9 @@ from oahu.service.checkpoints import Progress, write_checkpoint
 from oahu.service.config import ServiceConfig
 from oahu.service.group.combine import apply, pack, unpack
 from oahu.service.group.schedule import ScheduleLog, record_runs
-from oahu.service.learning.consumer import ConsumerLoop, ServingLink
+from oahu.service.learning.consumer import ConsumerLoop
 from oahu.service.learning.in_flight import Ranges
+from oahu.service.learning.link import ServingLink
 from oahu.service.metrics import LearningMetrics
 
 log = logging.getLogger(__name__)

@@ -28,12 +28,10 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
-from prometheus_client.metrics_core import Metric
 
 from oahu.connectors.answered import QUESTION_KEY, question_of
 from oahu.connectors.constraint import ConstraintBatch
@@ -64,6 +62,7 @@ from oahu.service.learning.in_flight import (
     Ranges,
     offset_ranges,
 )
+from oahu.service.learning.link import ServingLink
 from oahu.service.learning.modalities import single_modality
 from oahu.service.learning.resolve import ResolvedBatch, resolve_batch
 from oahu.service.metrics import LearningMetrics
@@ -80,20 +79,6 @@ def caused_by_records(exc: Exception) -> bool:
     that breaks the learner); running out of memory or failing I/O is the machine's, and
     dead-lettering records for it would drain the stream into the dead-letter sink."""
     return not isinstance(exc, (MemoryError, OSError, torch.OutOfMemoryError))
-
-
-class ServingLink(Protocol):
-    """Where the loop hands the learner and its status (:class:`~.link.ParentLink`)."""
-
-    def offer(self, learner: Learner, force: bool = False) -> bool:
-        """Hand over the learner if a new snapshot is due (``force``: in any case)."""
-        ...
-
-    def report(
-        self, status: dict[str, Any], families: Callable[[], list[Metric]], force: bool = False
-    ) -> None:
-        """Report the status and metrics (``force``: even if a report went out a moment ago)."""
-        ...
 
 
 class ConsumerLoop:

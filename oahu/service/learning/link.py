@@ -1,7 +1,7 @@
 """The learner process's end of the pipe to the serving process (messages in
 :mod:`oahu.service.messages`): when to send the learner for a new snapshot, throttled status
 reports with the metric families, acknowledgements of item changes, and the reader that applies
-the serving process's messages.
+the serving process's messages. :class:`ServingLink` is what the learn loop needs of it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client.metrics_core import Metric
 
@@ -29,6 +29,20 @@ from oahu.service.messages import (
 )
 
 REPORT_INTERVAL_SECONDS = 0.05  # status reports at most this often, unless forced
+
+
+class ServingLink(Protocol):
+    """Where the learn loop hands the learner and its status (:class:`ParentLink`)."""
+
+    def offer(self, learner: Learner, force: bool = False) -> bool:
+        """Hand over the learner if a new snapshot is due (``force``: in any case)."""
+        ...
+
+    def report(
+        self, status: dict[str, Any], families: Callable[[], list[Metric]], force: bool = False
+    ) -> None:
+        """Report the status and metrics (``force``: even if a report went out a moment ago)."""
+        ...
 
 
 class ReindexSchedule:
