@@ -39,3 +39,9 @@ def round_trip_both_formats(stream: ConstraintStream) -> dict[str, ConstraintStr
             loaded[suffix] = load_stream(Path(folder) / f"s{suffix}")
             assert_same_stream(stream, loaded[suffix])
     return loaded
+
+
+def save_npz(path: Path, **arrays) -> Path:
+    """``arrays`` saved as the .npz archive ``path``; ``path``."""
+    np.savez(path, **arrays)
+    return path

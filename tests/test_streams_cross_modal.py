@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_support import save_npz
 
 from oahu.streams import packaged_datasets as packaged
 from oahu.streams import views as views_module
@@ -74,12 +75,13 @@ def _toy_views(n: int = 40, classes: int = 4, seed: int = 0) -> TwoViews:
     return TwoViews(("img", "txt"), X, np.arange(n) % classes, dataset="toy")
 
 
-def assert_same(a: CrossModalStream, b: CrossModalStream) -> None:
+def assert_same(a: CrossModalStream, b: CrossModalStream, arrays: tuple[str, ...] = ARRAYS) -> None:
+    """``a`` and ``b`` hold the same modalities, meta, objects and ``arrays``."""
     assert a.modalities == b.modalities and a.meta == b.meta
     for left, right in zip(a.X, b.X, strict=True):
         assert left.dtype == right.dtype == np.float32
         np.testing.assert_array_equal(left, right)
-    for name in ARRAYS:
+    for name in arrays:
         left, right = getattr(a, name), getattr(b, name)
         assert left.dtype == right.dtype and left.shape == right.shape, name
         np.testing.assert_array_equal(left, right, err_msg=name)
@@ -212,20 +214,15 @@ def test_the_cached_fashion_hog_view_is_scikit_images():
 
 
 # ---------------------------------------------------------------------- the user's paired data
-def _paired(path: Path, **arrays) -> Path:
-    np.savez(path, **arrays)
-    return path
-
-
 def test_load_paired_reads_aligned_views_and_codes_labels(tmp_path):
     XA, XB = np.arange(12.0).reshape(4, 3), np.arange(8.0).reshape(4, 2)
-    path = _paired(tmp_path / "drugs.npz", XA=XA, XB=XB, y=["b", "a", "b", "c"])
+    path = save_npz(tmp_path / "drugs.npz", XA=XA, XB=XB, y=["b", "a", "b", "c"])
     views = load_paired(path)
     assert views.names == ("a", "b") and views.dataset == "drugs" and not views.derived
     assert views.y.tolist() == [1, 0, 1, 2] and views.class_names == ("a", "b", "c")
     np.testing.assert_array_equal(views.X[0], XA.astype(np.float32))
     np.testing.assert_array_equal(views.X[1], XB.astype(np.float32))
-    named = load_paired(_paired(tmp_path / "n.npz", XA=XA, XB=XB, y=[0, 1, 0, 1],
+    named = load_paired(save_npz(tmp_path / "n.npz", XA=XA, XB=XB, y=[0, 1, 0, 1],
                                 names=np.array(["drug", "protein"])))  # fmt: skip
     assert named.names == ("drug", "protein") and named.class_names == ()
 
@@ -271,7 +268,7 @@ _GOOD = {"XA": np.zeros((3, 2)), "XB": np.ones((3, 4)), "y": np.array([0, 1, 1])
 )
 def test_load_paired_errors_name_the_file_and_the_array(tmp_path, change, message):
     arrays = {k: v for k, v in {**_GOOD, **change}.items() if v is not None}
-    path = _paired(tmp_path / "p.npz", **arrays)
+    path = save_npz(tmp_path / "p.npz", **arrays)
     with pytest.raises(ValueError) as e:
         load_paired(path)
     assert str(e.value).startswith(f"{path}: ") and message in str(e.value)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stream_support import save_npz
 from test_streams_cross_modal import ARRAYS, assert_a_corrupted_line_is_named, assert_same
 
 from oahu.streams import cross_modal_jsonl
@@ -60,26 +61,14 @@ def grouped_links(
 def assert_same_linked(a: CrossModalStream, b: CrossModalStream) -> None:
     """Two streams of linked objects hold the same objects, links, splits and constraints."""
     assert a.y is None and b.y is None
-    assert a.modalities == b.modalities and a.meta == b.meta
-    for left, right in zip(a.X, b.X, strict=True):
-        assert left.dtype == right.dtype == np.float32
-        np.testing.assert_array_equal(left, right)
-    for name in (*ARRAYS[1:], *LINKED_ARRAYS):
-        left, right = getattr(a, name), getattr(b, name)
-        assert left.dtype == right.dtype and left.shape == right.shape, name
-        np.testing.assert_array_equal(left, right, err_msg=name)
+    assert_same(a, b, (*ARRAYS[1:], *LINKED_ARRAYS))
 
 
 # ---------------------------------------------------------------------- the loader
-def _save(path: Path, **arrays) -> Path:
-    np.savez(path, **arrays)
-    return path
-
-
 def test_load_linked_reads_each_modalitys_objects_and_the_links(tmp_path):
     XA, XB = np.arange(15.0).reshape(5, 3), np.arange(6.0).reshape(3, 2)
     links = np.array([[4, 0], [0, 2], [1, 2]], dtype=np.int32)
-    path = _save(tmp_path / "drugs.npz", XA=XA, XB=XB, links=links,
+    path = save_npz(tmp_path / "drugs.npz", XA=XA, XB=XB, links=links,
                  names=np.array(["drug", "target"]))  # fmt: skip
     objects = load_linked(path)
     assert objects.names == ("drug", "target") and objects.dataset == "drugs"
@@ -87,7 +76,7 @@ def test_load_linked_reads_each_modalitys_objects_and_the_links(tmp_path):
     assert objects.links.dtype == np.int64 and objects.links.tolist() == [[4, 0], [0, 2], [1, 2]]
     np.testing.assert_array_equal(objects.X[0], XA.astype(np.float32))
     np.testing.assert_array_equal(objects.X[1], XB.astype(np.float32))
-    unnamed = load_linked(_save(tmp_path / "u.npz", XA=XA, XB=XB, links=links))
+    unnamed = load_linked(save_npz(tmp_path / "u.npz", XA=XA, XB=XB, links=links))
     assert unnamed.names == ("a", "b")
 
 
@@ -149,7 +138,7 @@ _GOOD = {"XA": np.zeros((3, 2)), "XB": np.ones((4, 5)), "links": np.array([[0, 0
 )
 def test_load_linked_errors_name_the_file_the_array_and_the_place(tmp_path, change, message):
     arrays = {k: v for k, v in {**_GOOD, **change}.items() if v is not None}
-    path = _save(tmp_path / "l.npz", **arrays)
+    path = save_npz(tmp_path / "l.npz", **arrays)
     with pytest.raises(ValueError) as e:
         load_linked(path)
     assert str(e.value).startswith(f"{path}: ") and message in str(e.value)
@@ -195,14 +184,14 @@ def test_a_bad_link_is_named_by_its_row_and_column(sizes, n_links, corrupt, wher
 
 def test_either_kind_of_file_is_told_by_its_arrays(tmp_path):
     XA, XB = np.eye(4), np.ones((4, 2))
-    views = load_cross_modal_data(_save(tmp_path / "v.npz", XA=XA, XB=XB, y=[0, 1, 0, 1]))
+    views = load_cross_modal_data(save_npz(tmp_path / "v.npz", XA=XA, XB=XB, y=[0, 1, 0, 1]))
     assert isinstance(views, TwoViews) and views.y.tolist() == [0, 1, 0, 1]
-    objects = load_cross_modal_data(_save(tmp_path / "l.npz", XA=XA, XB=XB[:3], links=[[1, 2]]))
+    objects = load_cross_modal_data(save_npz(tmp_path / "l.npz", XA=XA, XB=XB[:3], links=[[1, 2]]))
     assert isinstance(objects, LinkedObjects) and objects.sizes == (4, 3)
-    both = _save(tmp_path / "both.npz", XA=XA, XB=XB, y=[0, 1, 0, 1], links=[[0, 0]])
+    both = save_npz(tmp_path / "both.npz", XA=XA, XB=XB, y=[0, 1, 0, 1], links=[[0, 0]])
     with pytest.raises(ValueError, match=r"both.npz: holds both 'y' \(class labels\) and 'links'"):
         load_cross_modal_data(both)
-    neither = _save(tmp_path / "neither.npz", XA=XA, XB=XB)
+    neither = save_npz(tmp_path / "neither.npz", XA=XA, XB=XB)
     with pytest.raises(ValueError, match=r"neither.npz: holds neither 'y' nor 'links'.*holds "
                                          r"'XA', 'XB'"):  # fmt: skip
         load_cross_modal_data(neither)
