@@ -220,11 +220,12 @@ def linked_objects(archive: PairedArchive) -> LinkedObjects:
                 f"{shown}: array {key!r}: {len(X[-1])} object; the protocol splits each "
                 "modality's objects 1:1 into development and test objects, which takes at least 2"
             )
-    try:
-        links = check_links(archive.arrays["links"], (len(X[0]), len(X[1])))
+    names = archive.names()
+    try:  # the features and names are checked: what LinkedObjects refuses is the links
+        return LinkedObjects(names, (X[0], X[1]), archive.arrays["links"], archive.dataset)
     except ValueError as e:
-        raise ValueError(f"{shown}: array 'links': {e}") from None
-    return LinkedObjects(archive.names(), (X[0], X[1]), links, archive.dataset)
+        problem = str(e).removeprefix("links: ")
+        raise ValueError(f"{shown}: array 'links': {problem}") from None
 
 
 def load_cross_modal_data(path: str | os.PathLike[str]) -> TwoViews | LinkedObjects:
