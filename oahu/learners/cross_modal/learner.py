@@ -27,7 +27,6 @@ import inspect
 import math
 from collections import Counter
 from collections.abc import Sequence
-from contextlib import nullcontext
 from typing import Any, ClassVar
 
 import numpy as np
@@ -47,6 +46,8 @@ __all__ = ["PAIR_THRESHOLD", "CrossModalOAHU", "constraint_gradients"]
 #: Squared distance between unit embeddings below which a pair counts as linked (60°).
 PAIR_THRESHOLD = 1.0
 _MEMORY_SEED = 0x4D4D
+# The roles of each constraint kind's items, in order (their names in input errors).
+_ROLES = {"pair": ("u", "v"), "triplet": ("anchor", "positive", "negative")}
 # A constraint as the learner holds it: preprocessed items, their modalities, a pair's flag.
 _Held = tuple[tuple[np.ndarray, ...], tuple[int, ...], bool | None]
 
@@ -206,7 +207,6 @@ class CrossModalOAHU:
         self.constraints_used = 0
         self.mistakes = 0.0  # prequential mistakes of the combined metric
         self.queries_only = False  # rebuilt from get_state(queries_only=True): cannot learn
-        self._threads_limited = False  # within learn_many's one limit of the BLAS threads
 
     # ------------------------------------------------------------------ inputs
     def _modality_index(self, modality: str) -> int:
@@ -272,27 +272,6 @@ class CrossModalOAHU:
         return self.binary_codes.encode(self.embed(x, modality), bits)
 
     # ------------------------------------------------------------------ learning
-    def learn_one(
-        self, kind: str, items: Sequence[Any], modalities: Sequence[str], similar: Any = None
-    ) -> bool:
-        """Learn one constraint of ``kind`` ("pair": ``similar`` says whether its two items are
-        linked; "triplet": anchor, positive, negative), its ``items`` in role order with the
-        modality of each; return whether the model changed.
-
-        >>> rng = np.random.default_rng(1)
-        >>> model = CrossModalOAHU({"a": 3, "b": 2}, embedding_dim=2, hidden_width=4)
-        >>> model.prepare("a", rng.normal(size=(20, 3)))
-        >>> model.prepare("b", rng.normal(size=(20, 2)))
-        >>> _ = model.learn_one("triplet", [[1, 0, 0], [0, 1], [1, 1]], ("a", "b", "b"))
-        >>> model.constraints_seen, model.updates
-        (1, 1)
-        """
-        if kind == "pair":
-            return self.learn_pair(items[0], items[1], tuple(modalities), bool(similar))
-        if kind == "triplet":
-            return self.learn_triplet(items[0], items[1], items[2], tuple(modalities))
-        raise ValueError(f"kind: one of {self.capabilities.constraint_kinds}, got {kind!r}")
-
     def learn_many(
         self,
         kind: str,
@@ -300,9 +279,12 @@ class CrossModalOAHU:
         modalities: Sequence[Sequence[str]],
         similar: Sequence[bool] | None = None,
     ) -> np.ndarray:
-        """Learn constraints of one ``kind`` in order, each as :meth:`learn_one` learns it (one
-        update each), under one limit of the BLAS threads rather than one per constraint (a
-        limit costs ~50 µs here, a tenth of an update); whether each changed the model.
+        """Learn constraints of one ``kind`` in order ("pair": ``similar[i]`` says whether the
+        two items of constraint i are linked; "triplet": anchor, positive, negative), each with
+        its ``items`` in role order and the modality of each, one update each as
+        :meth:`learn_pair` and :meth:`learn_triplet` learn them, under one limit of the BLAS
+        threads rather than one per constraint (a limit costs ~50 µs here, a tenth of an
+        update); whether each changed the model.
 
         >>> rng = np.random.default_rng(1)
         >>> model = CrossModalOAHU({"a": 3, "b": 2}, embedding_dim=2, hidden_width=4)
@@ -311,16 +293,16 @@ class CrossModalOAHU:
         >>> pairs = [([1, 0, 0], [0, 1]), ([0, 1], [0, 0, 1])]
         >>> model.learn_many("pair", pairs, [("a", "b"), ("b", "a")], [True, False]).shape
         (2,)
+        >>> model.constraints_seen, model.updates
+        (2, 2)
         """
+        if kind not in _ROLES:
+            raise ValueError(f"kind: one of {tuple(_ROLES)}, got {kind!r}")
         changed = np.zeros(len(items), dtype=bool)
         with blas_threads(1):
-            self._threads_limited = True
-            try:
-                for i, (row, names) in enumerate(zip(items, modalities, strict=True)):
-                    flag = None if similar is None else similar[i]
-                    changed[i] = self.learn_one(kind, row, names, flag)
-            finally:
-                self._threads_limited = False
+            for i, (row, names) in enumerate(zip(items, modalities, strict=True)):
+                flag = None if kind == "triplet" else bool(similar[i])  # type: ignore[index]
+                changed[i] = self._learn(*self._prepared(row, names, _ROLES[kind]), flag)
         return changed
 
     def _step_size(self) -> float:
@@ -331,35 +313,33 @@ class CrossModalOAHU:
 
     def learn_pair(self, u: Any, v: Any, modalities: tuple[str, str], similar: bool) -> bool:
         """Learn "u and v are linked" (``similar``) or not; return whether the model changed."""
-        self._check_prepared()
-        mods = tuple(self._modality_index(m) for m in modalities)
-        if len(mods) != 2:
-            raise ValueError(f"modalities: one per item of a pair, got {modalities!r}")
-        items = (
-            self.scalers[modalities[0]].transform(self._features(u, modalities[0], "u"))[0],
-            self.scalers[modalities[1]].transform(self._features(v, modalities[1], "v"))[0],
-        )
-        return self._learn(items, mods, bool(similar))
+        with blas_threads(1):
+            return self._learn(*self._prepared((u, v), modalities, _ROLES["pair"]), bool(similar))
 
     def learn_triplet(
         self, anchor: Any, positive: Any, negative: Any, modalities: tuple[str, str, str]
     ) -> bool:
         """Learn "anchor is closer to positive than to negative"; return whether the model
         changed."""
+        items = (anchor, positive, negative)
+        with blas_threads(1):
+            return self._learn(*self._prepared(items, modalities, _ROLES["triplet"]), None)
+
+    def _prepared(
+        self, xs: Sequence[Any], modalities: Sequence[str], roles: tuple[str, ...]
+    ) -> tuple[tuple[np.ndarray, ...], tuple[int, ...]]:
+        """One constraint's items, each checked and preprocessed in its modality, and the
+        index of each modality."""
         self._check_prepared()
         mods = tuple(self._modality_index(m) for m in modalities)
-        if len(mods) != 3:
-            raise ValueError(f"modalities: one per item of a triplet, got {modalities!r}")
+        if len(mods) != len(roles):
+            kind = "pair" if len(roles) == 2 else "triplet"
+            raise ValueError(f"modalities: one per item of a {kind}, got {tuple(modalities)!r}")
         items = tuple(
             self.scalers[m].transform(self._features(x, m, role))[0]
-            for x, m, role in zip(
-                (anchor, positive, negative),
-                modalities,
-                ("anchor", "positive", "negative"),
-                strict=True,
-            )
+            for x, m, role in zip(xs, modalities, roles, strict=True)
         )
-        return self._learn(items, mods, None)
+        return items, mods
 
     def _learn(
         self, items: tuple[np.ndarray, ...], mods: tuple[int, ...], similar: bool | None
@@ -373,8 +353,7 @@ class CrossModalOAHU:
         if self._memory and self.replay:
             picks = self._rng.choice(len(self._memory), min(self.replay, len(self._memory)), False)
             batch += [self._memory[i] for i in picks]
-        with nullcontext() if self._threads_limited else blas_threads(1):
-            changed = self._update(batch)
+        changed = self._update(batch)  # within the caller's limit of the BLAS threads
         self._remember(batch[0])
         self.constraints_seen += 1
         self.constraints_used += int(changed)
@@ -527,7 +506,9 @@ class CrossModalOAHU:
 
     # One constraint, one update (strict mode): the counters the service reports for every
     # learner, with nothing ever skipped (inputs are checked before they are learned).
-    skipped: ClassVar[Counter[str]] = Counter()
+    @property
+    def skipped(self) -> Counter[str]:
+        return Counter()
 
     @property
     def updates(self) -> int:
@@ -540,10 +521,6 @@ class CrossModalOAHU:
     @property
     def utilization(self) -> float:
         return self.constraints_used / self.constraints_seen if self.constraints_seen else 0.0
-
-    @property
-    def drift_events(self) -> list[Any]:
-        return []
 
     def diagnostics(self) -> dict[str, float | list[float]]:
         """The declared diagnostics (``capabilities.diagnostics``) by name."""
