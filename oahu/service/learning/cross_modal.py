@@ -27,6 +27,7 @@ from oahu.connectors.constraint import (
 )
 from oahu.connectors.dead_letter import UNSUPPORTED_KIND, UNSUPPORTED_MODALITY
 from oahu.learners.cross_modal.learner import CrossModalOAHU
+from oahu.service.learning.modalities import modality_detail
 from oahu.service.modal_items import ModalItems
 
 __all__ = ["CrossModalOutcome", "learn_cross_modal"]
@@ -77,11 +78,11 @@ def learn_cross_modal(
         np.full((n, k), DEFAULT_MODALITY) if batch.modalities is None else batch.modalities
     ).astype(str)
     ok = np.ones(n, dtype=bool)
+    roles = ROLES[batch.kind]
     for r in np.flatnonzero(~np.isin(names, model.modalities).all(axis=1)).tolist():
         ok[r] = False
-        out.refused.append(
-            (index[r], UNSUPPORTED_MODALITY, _modality_detail(model, batch, names[r]))
-        )
+        detail = modality_detail(model.name, roles, names[r].tolist(), model.modalities)
+        out.refused.append((index[r], UNSUPPORTED_MODALITY, detail))
     features = _resolve(batch, names, items, ok, out)
     rows = np.flatnonzero(ok).tolist()
     changed = model.learn_many(
@@ -91,7 +92,6 @@ def learn_cross_modal(
         None if batch.similar is None else [bool(batch.similar[r]) for r in rows],
     )
     out.learned, out.used = len(rows), int(changed.sum())
-    out.errors.sort(key=lambda e: e[0])
     return out
 
 
@@ -144,10 +144,3 @@ def _fail(
         if ok[r]:
             ok[r] = False
             out.errors.append((int(batch.index[r]), error))
-
-
-def _modality_detail(model: CrossModalOAHU, batch: ConstraintBatch, names: np.ndarray) -> str:
-    roles = ROLES[batch.kind]
-    listed = ", ".join(f"{role} {name!r}" for role, name in zip(roles, names.tolist(), strict=True))
-    learns = ", ".join(repr(m) for m in model.modalities)
-    return f"items in modalities {listed}: learner {model.name!r} learns modalities {learns}"

@@ -5,6 +5,8 @@ dimension, so ``unknown_item`` or ``bad_dimension`` would not say why they canno
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from oahu.connectors.constraint import DEFAULT_MODALITY, ROLES, ConstraintBatch, split_modality
 
 __all__ = ["modality_detail", "single_modality"]
@@ -29,13 +31,23 @@ def single_modality(
     return kept, [(i, modality_detail(learner, roles, names)) for i, names in others]
 
 
-def modality_detail(learner: str, roles: tuple[str, ...], modalities: tuple[str, ...]) -> str:
-    """What an ``unsupported_modality`` letter says: each item's modality, and the one modality
-    a single-modality learner learns.
+def modality_detail(
+    learner: str,
+    roles: tuple[str, ...],
+    modalities: Sequence[str],
+    learned: Sequence[str] = (DEFAULT_MODALITY,),
+) -> str:
+    """What an ``unsupported_modality`` letter says: each item's modality, and the modalities
+    the learner learns (``learned``: the default one alone for a single-modality learner).
 
     >>> modality_detail("oahu", ("left", "right"), ("pix", "fou"))
     "items in modalities left 'pix', right 'fou': learner 'oahu' learns one modality, 'default'"
+    >>> modality_detail("x", ("left", "right"), ("snd", "fou"), ("pix", "fou"))
+    "items in modalities left 'snd', right 'fou': learner 'x' learns modalities 'pix', 'fou'"
     """
     items = ", ".join(f"{role} {name!r}" for role, name in zip(roles, modalities, strict=True))
-    learns = f"learner {learner!r} learns one modality, {DEFAULT_MODALITY!r}"
-    return f"items in modalities {items}: {learns}"
+    if len(learned) == 1:
+        learns = f"learns one modality, {learned[0]!r}"
+    else:
+        learns = "learns modalities " + ", ".join(repr(m) for m in learned)
+    return f"items in modalities {items}: learner {learner!r} {learns}"
