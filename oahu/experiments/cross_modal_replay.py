@@ -113,15 +113,17 @@ def evaluate_cross_modal(
     codes: Callable[[np.ndarray, int], np.ndarray] | None,
     seed: int = 0,
     max_queries: int | None = None,
+    test: HeldOutRetrieval | None = None,
 ) -> dict[str, Any]:
     """The cross-modal scores of a model given as ``embed(X, modality)`` (points whose squared
     Euclidean distance is the model's distance) and ``codes(X, modality)`` (packed bits).
 
     Every test item of one modality queries every test item of the other (for linked objects,
     the objects of the test links: :class:`HeldOutRetrieval`); with ``max_queries``, a seeded
-    sample of that many queries does (the galleries stay whole).
+    sample of that many queries does (the galleries stay whole). ``test``: the stream's
+    :class:`HeldOutRetrieval`, for a caller that evaluates the same stream many times.
     """
-    test = HeldOutRetrieval(stream)
+    test = HeldOutRetrieval(stream) if test is None else test
     ea, eb = (embed(stream.X[m][test.objects[m]], m) for m in (0, 1))
     qa, qb = (test.queries(m, seed, max_queries) for m in (0, 1))
     out: dict[str, Any] = {
@@ -141,7 +143,7 @@ def evaluate_cross_modal(
         out["error"] = float((predicted != stream.y[test.objects[0]][qa]).mean())
     if codes is not None:
         out["hamming_map_ab"], out["hamming_map_ba"] = hamming_maps(
-            stream, codes, seed, max_queries
+            stream, codes, seed, max_queries, test
         )
     return out
 
@@ -157,9 +159,11 @@ def hamming_maps(
     codes: Callable[[np.ndarray, int], np.ndarray],
     seed: int = 0,
     max_queries: int | None = None,
+    test: HeldOutRetrieval | None = None,
 ) -> tuple[float, float]:
-    """mAP@all A→B and B→A by Hamming ranking of ``codes(X, modality)`` over the test split."""
-    test = HeldOutRetrieval(stream)
+    """mAP@all A→B and B→A by Hamming ranking of ``codes(X, modality)`` over the test split
+    (``test`` as in :func:`evaluate_cross_modal`)."""
+    test = HeldOutRetrieval(stream) if test is None else test
     ca, cb = (codes(stream.X[m][test.objects[m]], m) for m in (0, 1))
     qa, qb = (test.queries(m, seed, max_queries) for m in (0, 1))
     return (
@@ -298,18 +302,19 @@ def replay_cross_modal(
         "seed": seed,
         "constraints": len(stream),
     }
+    test = HeldOutRetrieval(stream)  # every evaluation below is of the same test split
     if learner != "oahu":
         start = time.perf_counter()
         ref = fit_reference(stream, learner, seed)
         report["train_seconds"] = time.perf_counter() - start
-        report.update(evaluate_cross_modal(stream, ref.embed, ref.codes, seed, max_queries))
+        report.update(evaluate_cross_modal(stream, ref.embed, ref.codes, seed, max_queries, test))
         report["constraints"] = 0  # offline: fitted on paired items, no constraint used
         report["n_components"] = ref.n_components
         report["code_bits"] = ref.code_bits
         if learner == "cca":  # CCA-sign codes at every length the views allow, as for oahu
             report["hamming_by_bits"] = {
                 str(bits): hamming_maps(
-                    stream, lambda x, m, b=bits: ref.codes(x, m, b), seed, max_queries
+                    stream, lambda x, m, b=bits: ref.codes(x, m, b), seed, max_queries, test
                 )
                 for bits in CODE_LENGTHS
                 if bits <= ref.max_bits
@@ -335,7 +340,7 @@ def replay_cross_modal(
         if checkpoints and done == checkpoints[0]:
             checkpoints.pop(0)
             elapsed += time.perf_counter() - start
-            scores = evaluate_cross_modal(stream, embed, codes, seed, max_queries)
+            scores = evaluate_cross_modal(stream, embed, codes, seed, max_queries, test)
             curve.append(
                 {
                     "constraints": done,
@@ -351,12 +356,12 @@ def replay_cross_modal(
         save_learner(model, save_to, {"stream_meta": json.dumps(stream.meta)})
     report["train_seconds"] = elapsed
     report["constraints_per_s"] = len(stream) / elapsed if elapsed else 0.0
-    report.update(evaluate_cross_modal(stream, embed, codes, seed, max_queries))
+    report.update(evaluate_cross_modal(stream, embed, codes, seed, max_queries, test))
     report["code_bits"] = model.chosen_bits
     # Every length's Hamming mAP, so that a reference's codes can be met at equal length.
     report["hamming_by_bits"] = {
         str(bits): hamming_maps(
-            stream, lambda x, m, b=bits: model.codes(x, names[m], b), seed, max_queries
+            stream, lambda x, m, b=bits: model.codes(x, names[m], b), seed, max_queries, test
         )
         for bits in model.binary_codes.lengths
     }
