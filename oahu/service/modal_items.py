@@ -56,15 +56,15 @@ def announces_cross_modal(path: str | os.PathLike[str]) -> bool:
 
 
 def cross_modal_stream(config: ServiceConfig) -> CrossModalStream | None:
-    """The cross-modal stream file whose items the service holds: the source's file when it is
-    one, else ``--items`` when it is one (a Kafka source, or a file of messages); None when
-    neither is.
+    """The cross-modal stream file whose items the service holds: the first of the source's
+    file, ``--items`` and ``--gallery`` that is one (a Kafka source, a file of messages or a
+    serving replica name it as ``--items`` or ``--gallery``); None when none is.
 
     A cross-modal model cannot be given its items any other way: it needs each modality's
     dimension, and items to fit each modality's preprocessing on, before the first constraint.
     """
-    candidates = [] if config.is_kafka else [config.file_path()]
-    for path in [*candidates, config.items]:
+    source = [config.file_path()] if config.source and not config.is_kafka else []
+    for path in [*source, config.items, config.gallery]:
         if path is not None and announces_cross_modal(path):
             return load_cross_modal_stream(path)
     return None

@@ -28,11 +28,11 @@ from oahu.service.console.history import LearningHistory
 from oahu.service.item_store import ItemStore
 from oahu.service.metrics import ServiceMetrics
 from oahu.service.modal_catalog import ModalCatalog
-from oahu.service.modal_items import ModalItems, announces_cross_modal
+from oahu.service.modal_items import ModalItems, cross_modal_stream
 from oahu.service.serving.api import ServiceView, create_app
 from oahu.service.serving.app import SWITCH_INTERVAL_SECONDS
 from oahu.service.serving.collector import CollectorPauses
-from oahu.service.serving.cross_modal import build_cross_modal_snapshot
+from oahu.service.serving.cross_modal import snapshot_builds
 from oahu.service.serving.http_server import base_url, start_http
 from oahu.service.serving.inputs import SUGGEST_STRATEGIES
 from oahu.service.serving.model_following import ModelFollower
@@ -40,7 +40,6 @@ from oahu.service.serving.queries import QueryEngine
 from oahu.service.serving.snapshot import REPLICA_BUILD_SHARE, SnapshotPublisher
 from oahu.service.serving.stalls import StallWatch
 from oahu.service.serving.suggest import Suggester
-from oahu.streams.cross_modal import CrossModalStream, load_cross_modal_stream
 from oahu.threads import use_native_threads
 
 __all__ = ["Replica", "replica_items"]
@@ -51,15 +50,6 @@ READ_ONLY = (
     "this is a serving replica (oahu serve): it takes no writes; send item changes and answers "
     "to the learner service (oahu run --publish-model)"
 )
-
-
-def replica_cross_modal(config: ServiceConfig) -> CrossModalStream | None:
-    """The cross-modal stream file a replica of a cross-modal learner service is given
-    (``--items`` or ``--gallery``), else None."""
-    for path in (config.items, config.gallery):
-        if path is not None and announces_cross_modal(path):
-            return load_cross_modal_stream(path)
-    return None
 
 
 def replica_items(config: ServiceConfig) -> tuple[ItemStore, ItemStore]:
@@ -94,7 +84,7 @@ class Replica:
         self.stop_event = threading.Event()
         self.metrics = ServiceMetrics(SUGGEST_STRATEGIES)
         # a cross-modal learner service's replica holds the items of its cross-modal stream file
-        cross_modal = replica_cross_modal(config)
+        cross_modal = cross_modal_stream(config)
         self.modal_catalog = None
         if cross_modal is None:
             items, gallery = replica_items(config)
@@ -105,8 +95,7 @@ class Replica:
         else:
             self.catalog = Catalog(ItemStore(), ItemStore(), Path(self._scratch) / OVERLAY_FILE)
             dim = 0
-            modal = ModalCatalog(ModalItems.from_stream(cross_modal), self._scratch)
-            self.modal_catalog = modal
+            self.modal_catalog = ModalCatalog(ModalItems.from_stream(cross_modal), self._scratch)
         self.publisher = SnapshotPublisher(
             self.catalog,
             self.metrics,
@@ -114,12 +103,7 @@ class Replica:
             config.ivf_nprobe,
             follow_gallery=False,
             build_share=REPLICA_BUILD_SHARE,
-            build=None
-            if self.modal_catalog is None
-            else lambda state, version, rest: build_cross_modal_snapshot(
-                state, modal, version, rest
-            ),
-            gallery_version=None if self.modal_catalog is None else lambda: modal.gallery_version,
+            **snapshot_builds(self.modal_catalog),
         )
         self.history = LearningHistory()
         self.follower = ModelFollower(
