@@ -44,7 +44,7 @@ from oahu.service.modal_items import (
 )
 from oahu.service.serving.api import ServiceView, create_app
 from oahu.service.serving.collector import CollectorPauses
-from oahu.service.serving.cross_modal import build_cross_modal_snapshot
+from oahu.service.serving.cross_modal import snapshot_builds
 from oahu.service.serving.http_server import base_url, start_http
 from oahu.service.serving.inputs import SUGGEST_STRATEGIES
 from oahu.service.serving.model_publishing import ModelPublisher
@@ -160,19 +160,13 @@ class Service:
                 config.kafka_options(KafkaProducer),
             )
         )
-        modal = self.modal_catalog
         self.publisher = SnapshotPublisher(
             self.catalog,
             self.metrics,
             config.index,
             config.ivf_nprobe,
             on_published=self.model_publisher and self.model_publisher.snapshot_published,
-            build=None
-            if modal is None
-            else lambda state, version, rest: build_cross_modal_snapshot(
-                state, modal, version, rest
-            ),
-            gallery_version=None if modal is None else lambda: modal.gallery_version,
+            **snapshot_builds(self.modal_catalog),
         )
         self.history = LearningHistory()  # the console's curve, from the checkpoint on
         first = self._learner_process(self.learner, progress, fell_back)

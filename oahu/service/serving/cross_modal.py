@@ -66,6 +66,7 @@ __all__ = [
     "CrossModalSnapshot",
     "add_cross_modal_routes",
     "build_cross_modal_snapshot",
+    "snapshot_builds",
 ]
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
@@ -127,6 +128,20 @@ def build_cross_modal_snapshot(
     return CrossModalSnapshot(
         model, gallery, id_array, version, model.updates, time.time(), gallery_version
     )
+
+
+def snapshot_builds(catalog: ModalCatalog | None) -> dict[str, Any]:
+    """The :class:`~oahu.service.serving.snapshot.SnapshotPublisher` arguments that make it
+    build cross-modal snapshots of ``catalog``'s galleries, and watch their version; none for a
+    single-modality service (``catalog`` None)."""
+    if catalog is None:
+        return {}
+    return {
+        "build": lambda state, version, rest: build_cross_modal_snapshot(
+            state, catalog, version, rest
+        ),
+        "gallery_version": lambda: catalog.gallery_version,
+    }
 
 
 # ---------------------------------------------------------------------- request bodies
