@@ -5,7 +5,8 @@
 
 * ``"exact"``, :class:`~oahu.inference.matmul.MatmulIndex`: the paper's exhaustive kNN as one
   matrix product and a blocked top-k per depth; evaluation and serving both use it, so
-  ``oahu replay`` measures the kNN that ``/v1/classify`` answers with;
+  ``oahu replay`` measures the kNN that ``/v1/classify`` answers with. It alone searches on a
+  GPU (``device``), where a service whose learner runs on one keeps its gallery;
 * ``"flat"``, :class:`~oahu.inference.flat.FlatIndex`: the same exhaustive search by faiss's
   flat index (a reference; the same neighbours up to float rounding, which can swap exact ties);
 * ``"ivf"``, :class:`~oahu.inference.ivf.IVFIndex`: faiss's inverted file, approximate, for
@@ -94,9 +95,11 @@ def make_index(
     metric: MetricKind = "l2",
     ids: np.ndarray | None = None,
     nprobe: int = 16,
+    device: str = "cpu",
 ) -> GalleryIndex:
     """The ``kind`` of index (one of :data:`INDEX_KINDS`) over ``embeddings``; ``nprobe`` is the
-    number of clusters an ``"ivf"`` index visits per depth and query.
+    number of clusters an ``"ivf"`` index visits per depth and query; ``device`` the torch device
+    an ``"exact"`` index searches on (the faiss kinds search on the CPU only).
 
     >>> emb = np.array([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]], dtype=np.float32)
     >>> index = make_index("exact", emb, labels=np.array([0, 1, 1]))
@@ -107,7 +110,9 @@ def make_index(
     if kind == "exact":
         from oahu.inference.matmul import MatmulIndex
 
-        return MatmulIndex(embeddings, labels, metric, ids)
+        return MatmulIndex(embeddings, labels, metric, ids, device)
+    if device != "cpu" and kind in INDEX_KINDS:
+        raise ValueError(f"device: the {kind!r} index searches on the CPU only, got {device!r}")
     if kind == "flat":
         from oahu.inference.flat import FlatIndex
 
@@ -134,8 +139,10 @@ def index_gallery(
     kind: str = "exact",
     nprobe: int = 16,
     embed: Callable[[np.ndarray], np.ndarray] | None = None,
+    device: str = "cpu",
 ) -> IndexedGallery:
-    """Embed ``x`` with ``learner`` (gallery role) and index it with :func:`make_index`;
+    """Embed ``x`` with ``learner`` (gallery role) and index it with :func:`make_index` (on
+    ``device``);
     ``embed(x)`` embeds instead when given (the service paces a large gallery's embedding in
     slices). The embeddings come back with the index: evaluation reports their spread, and the
     service's questions are chosen from them.
@@ -149,4 +156,4 @@ def index_gallery(
     (1, 2, 2)
     """
     emb = learner.embed(x, role="gallery") if embed is None else embed(x)
-    return IndexedGallery(emb, make_index(kind, emb, labels, learner.metric, ids, nprobe))
+    return IndexedGallery(emb, make_index(kind, emb, labels, learner.metric, ids, nprobe, device))
