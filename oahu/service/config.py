@@ -306,6 +306,27 @@ class ServiceConfig:
         paced = {"self_paced": True} if self.self_paced else {}
         return {**self.learner_params, **preset, **paced}
 
+    def index_device(self) -> str:
+        """The torch device the serving index searches the gallery on: the GPU that the learner
+        embeds on (``--learner-param device=cuda``, ``cuda:N``, or ``auto``, a torch learner's
+        default, on a machine with one), where the gallery's embeddings already are and one
+        matrix product answers a batch; else the CPU, whose search stays numpy's and torch's
+        on the host as before.
+
+        >>> ServiceConfig(learner="euclidean").index_device()
+        'cpu'
+        >>> ServiceConfig(learner_params={"device": "cpu"}).index_device()
+        'cpu'
+        """
+        from oahu.registry import learner_class
+
+        if "device" not in learner_class(self.learner).param_names():
+            return "cpu"  # a learner without a torch device embeds on the CPU
+        from oahu.learners.oahu.device import resolve_device
+
+        device = resolve_device(str(self.learner_arguments().get("device", "auto")))
+        return str(device) if device.type == "cuda" else "cpu"
+
     @property
     def is_kafka(self) -> bool:
         return self.source is not None and self.source.startswith("kafka://")

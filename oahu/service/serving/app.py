@@ -165,6 +165,7 @@ class Service:
             self.metrics,
             config.index,
             config.ivf_nprobe,
+            index_device=config.index_device(),
             on_published=self.model_publisher and self.model_publisher.snapshot_published,
             **snapshot_builds(self.modal_catalog),
         )

@@ -101,6 +101,7 @@ class Replica:
             self.metrics,
             config.index,
             config.ivf_nprobe,
+            index_device=config.index_device(),
             follow_gallery=False,
             build_share=REPLICA_BUILD_SHARE,
             **snapshot_builds(self.modal_catalog),

@@ -129,11 +129,14 @@ def build_snapshot(
     nprobe: int = 16,
     gallery: GalleryArrays | None = None,
     rest: Callable[[float], None] | None = None,
+    index_device: str = "cpu",
 ) -> Snapshot:
     """Read the model from ``state`` (or reuse an already read learner) and index the gallery
     (``gallery_arrays(catalog)`` unless given) with it: ``index`` is a kind of
-    :func:`oahu.inference.make_index` ("exact": the paper's kNN; "ivf" with ``nprobe``); ``rest``
-    paces the gallery's embedding (:func:`embed_gallery`).
+    :func:`oahu.inference.make_index` ("exact": the paper's kNN; "ivf" with ``nprobe``), searching
+    on ``index_device`` (:meth:`ServiceConfig.index_device
+    <oahu.service.config.ServiceConfig.index_device>`: the learner's GPU, if it runs on one);
+    ``rest`` paces the gallery's embedding (:func:`embed_gallery`).
 
     >>> from oahu.service.item_store import ItemStore
     >>> import tempfile, pathlib
@@ -152,7 +155,14 @@ def build_snapshot(
     id_array[:] = ids
     indexed = (
         index_gallery(
-            learner, X, y, id_array, index, nprobe, embed=lambda x: embed_gallery(learner, x, rest)
+            learner,
+            X,
+            y,
+            id_array,
+            index,
+            nprobe,
+            embed=lambda x: embed_gallery(learner, x, rest),
+            device=index_device,
         )
         if ids
         else None
@@ -188,7 +198,8 @@ class SnapshotPublisher:
     version, rest)``: how a snapshot is made, for a model whose galleries are not the catalog's
     (a cross-modal one, :mod:`oahu.service.serving.cross_modal`); default :func:`build_snapshot`.
     ``gallery_version()``: the version of the gallery such a build indexes (default the
-    catalog's gallery's), which a snapshot's ``gallery_version`` records.
+    catalog's gallery's), which a snapshot's ``gallery_version`` records. ``index_device``: where
+    :func:`build_snapshot` searches the gallery (the CPU unless the learner runs on a GPU).
     """
 
     def __init__(
@@ -202,11 +213,12 @@ class SnapshotPublisher:
         build_share: float = MAX_BUILD_SHARE,
         build: SnapshotBuild | None = None,
         gallery_version: Callable[[], int] | None = None,
+        index_device: str = "cpu",
     ) -> None:
         self.catalog = catalog
         self.build = build
         self.gallery_version = gallery_version or (lambda: catalog.gallery.version)
-        self.index, self.nprobe = index, nprobe
+        self.index, self.nprobe, self.index_device = index, nprobe, index_device
         self.metrics = metrics
         self.on_published = on_published
         self.follow_gallery = follow_gallery
@@ -332,7 +344,14 @@ class SnapshotPublisher:
         else:
             self._gallery = gallery_arrays(self.catalog, self._gallery)
             snapshot = build_snapshot(
-                source, self.catalog, version, self.index, self.nprobe, self._gallery, rest
+                source,
+                self.catalog,
+                version,
+                self.index,
+                self.nprobe,
+                self._gallery,
+                rest,
+                self.index_device,
             )
         self.current = snapshot  # one reference swap: readers see the old or the new one
         self._state = state
