@@ -1,0 +1,80 @@
+"""benchmarks/gpu.py: the JSON other scripts read from a GPU run, produced here on the CPU."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from torch.autograd import DeviceType
+
+from benchmarks.gpu import count_events, flops_per_item, main
+from oahu import OAHU
+
+
+def test_a_cpu_run_writes_the_contract(tmp_path):
+    out, png = tmp_path / "gpu.json", tmp_path / "gpu.png"
+    argv = ["--device", "cpu", "--dataset", "digits", "--constraints", "600"]
+    argv += ["--long-constraints", "800", "--long", "default:1", "--batch-sizes", "1,64"]
+    argv += ["--profile-warmup", "100", "--profile-updates", "20", "--compare-cpu"]
+    argv += ["--compare-constraints", "100", "--out", str(out), "--plot", str(png)]
+    main(argv)
+    result = json.loads(out.read_text())
+    assert result["gpu"] is None and isinstance(result["torch"], str)
+    assert result["commit"] is None or len(result["commit"]) == 40
+    runs = result["runs"]
+    assert [(r["preset"], r["batch_size"]) for r in runs] == [
+        (None, 1),
+        (None, 64),
+        ("paper", 1),
+        ("paper", 64),
+        (None, 1),
+    ]
+    for run in runs:
+        assert run["device"] == "cpu" and run["capped"] is False
+        assert run["triplets_per_s"] > 0 and run["steady_triplets_per_s"] > 0
+        assert 0 <= run["error"] <= 1 and len(run["alpha"]) in (3, 6)
+        assert run["gpu_max_memory_allocated_mib"] is None and run["achieved_gflops"] > 0
+    assert runs[-1]["long"] is True and runs[-1]["constraints"] == 800
+    assert 0 <= runs[0]["prequential_accuracy"] <= 1
+    profile = result["profile"]
+    assert profile["updates"] == 20 and profile["host_wall_us_per_update"] > 0
+    assert "profile_error" not in profile
+    assert result["compare_cpu"]["max_weight_diff"] == 0.0  # the CPU against itself
+    assert png.stat().st_size > 0
+
+
+def test_a_run_stopped_by_the_clock_says_so(tmp_path):
+    out = tmp_path / "gpu.json"
+    argv = ["--device", "cpu", "--dataset", "digits", "--constraints", "600", "--long", ""]
+    argv += ["--batch-sizes", "1", "--presets", "default", "--max-seconds", "0", "--no-profile"]
+    result = main([*argv, "--out", str(out)])
+    (run,) = result["runs"]
+    assert run["capped"] is True and run["constraints"] < 600
+    assert result["capped_runs"] == ["default B=1"]
+
+
+def test_flops_follow_the_weight_shapes():
+    # 64 inputs, one hidden layer of 8, embeddings of 64: W1 8x64 and E0 64x64 see the input,
+    # the head 64x8 a hidden layer (whose gradient it passes back too).
+    model = OAHU(64, n_hidden_layers=1, hidden_width=8, preprocess="none")
+    assert flops_per_item(model) == 2 * (8 * 64 * 2 + 64 * 64 * 2 + 64 * 8 * 3)
+
+
+def test_a_trace_is_counted_per_update():
+    def event(name, device=DeviceType.CPU, us=0.0):
+        span = SimpleNamespace(elapsed_us=lambda: us)
+        return SimpleNamespace(name=name, device_type=device, time_range=span)
+
+    trace = [
+        event("cudaLaunchKernel"),
+        event("cudaLaunchKernel"),
+        event("cudaStreamSynchronize"),
+        event("gemm", DeviceType.CUDA, 6.0),
+        event("relu", DeviceType.CUDA, 2.0),
+        event("Memcpy HtoD (Pageable -> Device)", DeviceType.CUDA, 1.0),
+    ]
+    counts = count_events(trace, per=2)
+    assert counts["kernels_per_update"] == 1.0 and counts["kernel_us_per_update"] == 4.0
+    assert counts["kernel_launch_calls_per_update"] == 1.0 and counts["copies_per_update"] == 0.5
+    assert counts["synchronizations_per_update"] == 0.5
+    assert counts["top_kernels"] == {"gemm": 1, "relu": 1}
