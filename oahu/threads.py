@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import threading
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from functools import cache
 from typing import Any
 
@@ -44,6 +45,30 @@ def blas_threads(n: int | None) -> AbstractContextManager[Any]:
     if n is None:
         return nullcontext()
     return _controller().limit(limits=n, user_api="blas")
+
+
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """Run the block with torch's own pool (its intra-op threads) at ``n`` threads (``None``:
+    leave as is), then restore: the BLAS limit of :func:`blas_threads` does not reach torch's
+    CPU kernels, and a strict step's small products stall on them just the same.
+
+    >>> import torch
+    >>> with torch_threads(1):
+    ...     torch.get_num_threads()
+    1
+    """
+    if n is None:
+        yield
+        return
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def use_native_threads(n: int = 1, faiss: bool = False) -> None:

@@ -30,6 +30,7 @@ Loss = Literal["margin", "abtl"]
 HedgeSignal = Literal["mistakes", "loss"]
 DepthWeighting = Literal["uniform", "alpha"]
 Head0Init = Literal["identity", "random", "pca"]
+STEP_ENGINES: tuple[str, ...] = ("auto", "update", "device")
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,13 @@ class OAHUConfig:
     cpu_threads: int = 1
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
+    # How strict updates of triplets run (ours, docs/algorithms.md "Device-resident steps"):
+    # "update" = one update at a time, the host deciding between its stages; "device" = blocks
+    # of up to ``device_block`` updates with everything on the device, captured as CUDA graphs
+    # on a GPU; "auto" = "device" on a GPU, "update" on the CPU (where numpy's few-microsecond
+    # calls make the per-update step the fast one).
+    step_engine: str = "auto"
+    device_block: int = 256
 
     def __post_init__(self) -> None:
         for field, minimum in (
@@ -164,6 +172,7 @@ class OAHUConfig:
             ("pace_clusters", 1),
             ("drift_boost_span", 1),
             ("head0_components", 0),
+            ("device_block", 8),
         ):
             check_int(getattr(self, field), field, minimum)
         for field, low, high, closed in (
@@ -190,6 +199,7 @@ class OAHUConfig:
             ("depth_weighting", ("uniform", "alpha")),
             ("init", ("kaiming", "orthogonal")),
             ("head0_init", ("identity", "random", "pca")),
+            ("step_engine", STEP_ENGINES),
         ):
             check_choice(getattr(self, field), field, choices)
         for field in ("residual_heads", "self_paced"):
@@ -200,6 +210,11 @@ class OAHUConfig:
             raise ValueError(
                 f"head0_components: must be <= embedding_dim ({self.embedding_dim}), "
                 f"got {self.head0_components}"
+            )
+        if self.step_engine == "device" and (self.batch_size > 1 or self.self_paced):
+            raise ValueError(
+                "step_engine: 'device' runs strict updates without self-paced learning; got "
+                f"batch_size={self.batch_size}, self_paced={self.self_paced}"
             )
         if not isinstance(self.device, str) or not (
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")

@@ -88,6 +88,15 @@ class HedgeSignal(ABC):
     @abstractmethod
     def __call__(self, losses: Array, mistakes: Array) -> Array | None: ...
 
+    def without_branching(
+        self, losses: Array, mistakes: Array
+    ) -> tuple[Array | None, Array | None]:
+        """The signal for an update that may not branch on a device value (a captured CUDA
+        graph, :mod:`oahu.learners.oahu.device_steps`), and a boolean tensor saying whether α
+        changes at all (None: whenever there is a signal). A signal that decides with a host
+        synchronisation overrides this with the decision as a tensor."""
+        return self(losses, mistakes), None
+
 
 class LossSignal(HedgeSignal):
     """The paper's signal: each depth's training loss on each new constraint (Algorithm 1,
@@ -118,6 +127,16 @@ class MistakeSignal(HedgeSignal):
 
     def __call__(self, losses: Array, mistakes: Array) -> Array | None:
         return mistakes if bool(mistakes.any()) else None
+
+    def without_branching(self, losses: Array, mistakes: Array) -> tuple[Array, Array]:
+        """The mistakes, and whether there is any.
+
+        >>> signal, changes = MistakeSignal().without_branching(
+        ...     torch.tensor([[0.25], [0.5]]), torch.tensor([[0.0], [0.0]]))
+        >>> signal.tolist(), bool(changes)
+        ([[0.0], [0.0]], False)
+        """
+        return mistakes, mistakes.any()
 
     def __repr__(self) -> str:
         return "MistakeSignal()"

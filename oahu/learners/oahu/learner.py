@@ -30,6 +30,7 @@ from oahu.learners.oahu.combine import combinable_values, set_combinable_values
 from oahu.learners.oahu.config import PRESETS, OAHUConfig, adaptation_steps
 from oahu.learners.oahu.constraint_graph import ConstraintGraph
 from oahu.learners.oahu.device import resolve_device
+from oahu.learners.oahu.device_steps import DeviceResidentSteps
 from oahu.learners.oahu.hedge import HEDGE_SIGNALS
 from oahu.learners.oahu.loss import LOSSES
 from oahu.learners.oahu.network import MultiDepthNetwork
@@ -182,6 +183,20 @@ class OAHU(Learner):
         )
         self._watch_for_drift(self.config.drift_detector)
         self._adaptation = adaptation_steps(self.config.drift_adaptation)
+        self.device_steps = (
+            DeviceResidentSteps(self.update_step, self.config.device_block)
+            if self._steps_on_device()
+            else None
+        )
+
+    def _steps_on_device(self) -> bool:
+        """Whether strict updates of triplets run as device-resident blocks: as
+        ``step_engine`` says, "auto" on a GPU for a strict learner without self-paced
+        learning (which decides per constraint on the host)."""
+        c = self.config
+        if c.step_engine == "auto":
+            return self.device.type != "cpu" and c.batch_size == 1 and not c.self_paced
+        return c.step_engine == "device"
 
     @classmethod
     def _param_specs(cls) -> tuple[inspect.Parameter, ...]:
@@ -302,12 +317,14 @@ class OAHU(Learner):
                 "items (e.g. the development split) before the first constraint"
             )
         used = np.zeros(len(rows), dtype=bool)
-        step = self.update_step
+        device_steps = self.device_steps if kind == "triplet" else None
+        step = self.update_step if device_steps is None else device_steps
+        update_size = self._update_size if device_steps is None else device_steps.block_size
         start = 0
         # Overflow is expected on hostile input and handled (the row is skipped and counted).
         with self._step_threads(), np.errstate(over="ignore", invalid="ignore"):
             while start < len(rows):
-                stop = start + self._update_size()
+                stop = start + update_size()
                 result = step(rows[start:stop])
                 used[start : start + len(result.used)] = result.used
                 self._account(result)
@@ -330,7 +347,7 @@ class OAHU(Learner):
             self.skipped[SKIP_NON_FINITE_LOSS] += result.non_finite
         if result.correct is None:  # no update was taken
             return
-        self.updates += 1
+        self.updates += result.updates
         # A learner that does not detect does not pay for the mistake matrix either. With one
         # depth the combined metric is that depth, and it is watched once.
         if self.drift is None:

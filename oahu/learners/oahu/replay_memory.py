@@ -41,11 +41,14 @@ class ReplayReservoir:
         self.rows = np.zeros((capacity, n_roles, n_features), dtype=np.float32)
         self.size = 0  # constraints held
         self.seen = 0  # constraints ever offered
+        # Changes with every write, so that a copy kept elsewhere (a device's) knows it is stale.
+        self.revision = 0
 
     def add(self, triplets: np.ndarray) -> None:
         """Offer constraints (n, n_roles, d) in stream order; each of the first ``capacity`` is
         kept, and the i-th after them replaces a random held one with probability capacity / i."""
         n = len(triplets)
+        self.revision += 1
         if n == 1 and self.size == self.capacity:  # the strict step's case, without arrays
             self.seen += 1
             slot = int(self.rng.integers(0, self.seen))
@@ -64,6 +67,25 @@ class ReplayReservoir:
             # Duplicate slots: numpy assigns in order, so the later triplet wins, as in sequence.
             self.rows[slots[keep]] = rest[keep]
         self.seen += n
+
+    def place(self, constraints: np.ndarray, slots: np.ndarray) -> None:
+        """Offer constraints (n, n_roles, d) in stream order whose slots were drawn already, as
+        :meth:`add` draws them (``slots[i] >= capacity``: not kept): while the reservoir fills,
+        each is appended whatever its slot says.
+
+        >>> memory = ReplayReservoir(capacity=2, n_features=1, rng=np.random.default_rng(0))
+        >>> memory.place(np.arange(12, dtype=np.float32).reshape(4, 3, 1), np.array([0, 1, 0, 2]))
+        >>> memory.rows[:, 0, 0].tolist(), memory.size, memory.seen
+        ([6.0, 3.0], 2, 4)
+        """
+        self.revision += 1
+        for constraint, slot in zip(constraints, slots.tolist(), strict=True):
+            if self.size < self.capacity:
+                self.rows[self.size] = constraint
+                self.size += 1
+            elif slot < self.capacity:
+                self.rows[slot] = constraint
+        self.seen += len(constraints)
 
     def sample(self, k: int) -> np.ndarray:
         """``k`` constraints drawn uniformly (with replacement) from the reservoir: (k, n_roles,
@@ -87,4 +109,5 @@ class ReplayReservoir:
             )
         self.size = len(rows)
         self.rows[: self.size] = rows
+        self.revision += 1
         self.seen = int(state["seen"])

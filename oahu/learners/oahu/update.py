@@ -58,7 +58,7 @@ class StepResult(NamedTuple):
     """What one update did, for the learner's counters and its drift detector.
 
     >>> StepResult(np.array([False]), None, None, 1)  # its one constraint's loss was NaN
-    StepResult(used=array([False]), correct=None, combined=None, non_finite=1)
+    StepResult(used=array([False]), correct=None, combined=None, non_finite=1, updates=1)
     """
 
     used: np.ndarray  # (B,) which new constraints changed the model
@@ -68,6 +68,8 @@ class StepResult(NamedTuple):
     combined: np.ndarray | None
     # New constraints left out for a non-finite loss; None when every loss was finite.
     non_finite: int | None
+    # Updates taken: one, or a device-resident block's (oahu.learners.oahu.device_steps).
+    updates: int = 1
 
 
 class UpdateStep:
@@ -283,11 +285,12 @@ class UpdateStep:
         mask = mask if self.on_host else torch.from_numpy(mask).to(self.network.device)
         return loss * mask, g_pos * mask, g_neg * mask
 
-    def step_size(self) -> float:
+    def step_size(self, learned: int | None = None) -> float:
         """η, or η / sqrt(1 + t / T) after t learned constraints with ``lr_decay`` T, never below
         ``lr_floor`` · η (ours, S1); after a drift adapted with the "step" adaptation t counts
         from the drift, and the step is raised B-fold at first, back to 1-fold over
-        ``drift_boost_span`` constraints (ours, D2).
+        ``drift_boost_span`` constraints (ours, D2). ``learned``: after that many learned
+        constraints rather than ``self.learned``.
 
         Past the floor the step is η · φ; before it, η / sqrt(...) exactly as with no floor, so
         that a floor the decay has not reached changes no model bit.
@@ -295,7 +298,7 @@ class UpdateStep:
         config = self.config
         decay = config.lr_decay
         eta = config.learning_rate
-        since = self.learned - self.decay_origin
+        since = (self.learned if learned is None else learned) - self.decay_origin
         span = config.drift_boost_span
         if self.decay_origin and since < span:
             eta *= 1.0 + (config.drift_step_boost - 1.0) * (1.0 - since / span)

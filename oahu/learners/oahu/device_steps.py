@@ -1,0 +1,373 @@
+"""Strict OAHU updates with everything a step touches on the network's device (ours;
+docs/algorithms.md, "Device-resident steps").
+
+On a GPU a strict update of :class:`~oahu.learners.oahu.update.UpdateStep` is a few hundred
+kernel launches of a dozen rows each, with host synchronisations between them (a replay draw,
+the mining ranks, the prequential record, the constraint graph): the device idles while Python
+decides. :class:`DeviceResidentSteps` learns a *block* of new triplets as the same strict updates,
+one after the other, with no host round trip inside the block:
+
+* the weights, α, the last losses, the replay reservoir and the block's inputs (the new triplets,
+  the replay draws, the mined triplets, the step sizes) are device tensors at fixed addresses;
+* one update is pure tensor arithmetic with no Python branch on a device value (a non-finite
+  loss masks the update with ``where`` instead of leaving it), so on CUDA it is captured once as a
+  CUDA graph (``torch.cuda.graphs``: several updates per graph) and a block is a handful of graph
+  launches;
+* what the host keeps (the replay reservoir's mirror for checkpoints, the constraint graph, the
+  prequential record, the drift detector's input) is read back once per block and applied in
+  stream order.
+
+What differs from per-update learning, by design: the replay draws and the reservoir's slots are
+drawn on the host when the block starts (the same distribution, Algorithm R); the triplets a block
+mines come from the constraint graph as it was when the block started (mining already ranks
+candidates ahead by embeddings a few updates old); a block's items are preprocessed together; and
+a drift adapts after the block in which it was detected. Blocks start small and grow with the
+stream (at most a quarter of the constraints learned before), so that the staleness stays a small
+share of what the graph knows.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from oahu.learners.oahu.hedge import hedge_update
+from oahu.learners.oahu.loss import constraint_distances, embedding_gradient
+from oahu.learners.oahu.update import StepResult
+from oahu.threads import torch_threads
+
+if TYPE_CHECKING:
+    from oahu.learners.oahu.update import UpdateStep
+
+__all__ = ["DeviceResidentSteps"]
+
+# Updates captured in one CUDA graph: a graph launch costs the host a few microseconds, so a
+# block of 256 updates is 32 launches rather than 256.
+UPDATES_PER_GRAPH = 8
+# Whether the captured update is compiled first (torch.compile): on an H100 it cut the kernels
+# of an update from ~110 to ~?? (benchmarks/README.md, "GPU").
+COMPILE_UPDATE = True
+# A block learns at most this share of the constraints learned before it (and at least
+# UPDATES_PER_GRAPH): its mining sees the graph as the block started.
+_BLOCK_SHARE = 4
+
+
+class DeviceResidentSteps:
+    """Strict updates of ``step`` (an :class:`~oahu.learners.oahu.update.UpdateStep` on triplets)
+    in blocks of at most ``block`` new triplets, each block without a host round trip; on CUDA
+    each run of :data:`UPDATES_PER_GRAPH` updates is one CUDA graph launch.
+
+    The same code runs eagerly on the CPU, where it is what the tests check the CUDA path by.
+
+    >>> import numpy as np
+    >>> from oahu.learners.oahu.learner import OAHU
+    >>> model = OAHU(n_features=4, hidden_width=8, preprocess="none", device="cpu",
+    ...              step_engine="device")
+    >>> rows = np.random.default_rng(0).random((40, 3, 4), dtype=np.float32)
+    >>> used = model.learn_triplets(rows[:, 0], rows[:, 1], rows[:, 2])
+    >>> model.updates, model.update_step.replay.size, model.update_step.learned
+    (40, 40, 40)
+    """
+
+    def __init__(self, step: UpdateStep, block: int) -> None:
+        config = step.config
+        network = step.network
+        self.step = step
+        self.block = block
+        self.device = network.device
+        self.capture = self.device.type == "cuda"
+        width = step.input_scaler.n_outputs
+        depths, dim = step.n_depths, network.embedding_dim
+        self.n_replay, self.n_mined = config.replay, config.mined
+        self.capacity = config.replay_memory
+        zeros = _Zeros(self.device)
+        # Inputs of a block, one row per update.
+        self.new = zeros(block, 3, width)
+        self.replay_slot = zeros(block, self.n_replay, dtype=torch.long)
+        self.replay_valid = zeros(block, self.n_replay, dtype=torch.bool)
+        self.mined = zeros(block, self.n_mined, 3, width)
+        self.mined_valid = zeros(block, self.n_mined, dtype=torch.bool)
+        self.insert_slot = zeros(block, dtype=torch.long)
+        self.learning_rate = zeros(block)
+        # The replay reservoir, with a spare row that takes the triplets it does not keep.
+        self.reservoir = zeros(self.capacity + 1, 3, width)
+        self.alpha = zeros(depths)
+        self.last_losses = zeros(depths)
+        self.counter = zeros(dtype=torch.long)
+        # Outputs of a block, read back once it is done.
+        self.ok = zeros(block, dtype=torch.bool)
+        self.used = zeros(block, dtype=torch.bool)
+        self.correct = zeros(block, depths, dtype=torch.bool)
+        self.combined = zeros(block, dtype=torch.bool)
+        self.fresh = zeros(block, depths, 3, dim)
+        self.mined_embeddings = zeros(block, depths, 3, self.n_mined, dim)
+        self._graphs: tuple[Any, Any] | None = None
+        self.compiled = False  # whether the captured update was compiled
+        self._mirrored: tuple[int, int] | None = None  # (id, revision) of the reservoir held
+
+    # ---------------------------------------------------------------- one update
+    def update(self) -> None:
+        """One strict update of the block's update ``counter``, on device tensors only."""
+        step, network = self.step, self.step.network
+        i = self.counter.view(1)
+        n_mined = self.n_mined
+        new = self.new.index_select(0, i)
+        replayed = self.reservoir.index_select(0, self.replay_slot.index_select(0, i).view(-1))
+        mined = self.mined.index_select(0, i).view(n_mined, *self.mined.shape[2:])
+        rows = torch.cat([new, replayed, mined])
+        valid = torch.cat(
+            [
+                torch.ones(1, dtype=torch.bool, device=self.device),
+                self.replay_valid.index_select(0, i).view(-1),
+                self.mined_valid.index_select(0, i).view(-1),
+            ]
+        )
+        n_rows = rows.shape[0]
+        x = rows.transpose(0, 1).reshape(3 * n_rows, -1)
+        cache = network.forward(x)
+        f = cache.embeddings.view(step.n_depths, 3, n_rows, -1)
+        diffs, dists = constraint_distances(f, 3)
+        d_pos, d_neg = dists[:, 0, :, 0], dists[:, 1, :, 0]
+        loss, g_pos, g_neg = step.loss(d_pos, d_neg)
+        # A non-finite row leaves the update out altogether (its new triplet is counted as
+        # skipped): masked, since the step may not branch on a device value.
+        ok = step.finite(loss, cache).all()
+        valid = valid & ok
+        alpha = self.alpha
+        correct = d_pos[:, 0] < d_neg[:, 0]
+        combined = (alpha * (d_neg[:, 0] - d_pos[:, 0])).sum() > 0
+        mistakes = (1.0 - correct.float())[:, None]
+        weights = alpha if step.config.depth_weighting == "alpha" else 1.0 / step.n_depths
+        # The mean over the valid rows, as the per-update step takes it over the rows it has,
+        # with the step size folded into the gradient (every parameter's gradient is linear in
+        # it), so that it is read from the block rather than captured as a constant.
+        rate = self.learning_rate.index_select(0, i)
+        share = valid.float() * (rate / valid.sum().clamp(min=1))
+        scale = weights * torch.ones_like(alpha)
+        grad = embedding_gradient(scale, g_pos * share, g_neg * share, diffs, dists, 3)
+        grad = torch.where(ok, grad, 0.0).reshape(cache.embeddings.shape)
+        network.step(_finite_or_zero(cache, ok), grad, 1.0)
+        new_loss = loss[:, :1]
+        signal, changes = step.hedge_signal.without_branching(new_loss, mistakes)
+        if signal is not None:
+            updated = hedge_update(alpha, signal, step.config.beta, step.config.smoothing)
+            alpha.copy_(torch.where(ok if changes is None else ok & changes, updated, alpha))
+        self.last_losses.copy_(torch.where(ok, new_loss[:, 0], self.last_losses))
+        slot = torch.where(ok, self.insert_slot.index_select(0, i), self.capacity)
+        self.reservoir.index_copy_(0, slot, new)
+        self.ok.index_copy_(0, i, ok.view(1))
+        self.used.index_copy_(0, i, ((new_loss[:, 0] > 0).any() & ok).view(1))
+        self.correct.index_copy_(0, i, correct.view(1, -1))
+        self.combined.index_copy_(0, i, combined.view(1))
+        self.fresh.index_copy_(0, i, f[:, :, 0][None])
+        self.mined_embeddings.index_copy_(0, i, f[:, :, n_rows - n_mined :][None])
+        self.counter += 1
+
+    # ---------------------------------------------------------------- a block
+    def block_size(self) -> int:
+        """New triplets the next block takes: ``block``, but at most a quarter of the constraints
+        learned since the step-size clock last started, and at least UPDATES_PER_GRAPH."""
+        step = self.step
+        since = step.learned - step.decay_origin
+        return max(UPDATES_PER_GRAPH, min(self.block, since // _BLOCK_SHARE))
+
+    def __call__(self, rows: np.ndarray) -> StepResult:
+        """Learn validated triplets (n, 3, d), n <= ``block``, as n strict updates."""
+        n = len(rows)
+        step = self.step
+        new = step.project(rows)
+        self._sync_reservoir()
+        slots = self._load(new)
+        self.counter.zero_()
+        self._run(n)
+        return self._read_back(new, slots, n)
+
+    def _load(self, new: np.ndarray) -> np.ndarray:
+        """Fill the block's inputs for ``new`` (n, 3, width): the replay draws, the reservoir
+        slots, the mined triplets and the step sizes. Returns the mined triplets' graph slots
+        (n, mined, 3), -1 where none was mined."""
+        step, config = self.step, self.step.config
+        n = len(new)
+        replay, rng = step.replay, step.replay.rng
+        # Reservoir size before each update, if every update is taken (Algorithm R).
+        held = np.minimum(replay.size + np.arange(n), self.capacity)
+        draws = rng.integers(0, np.maximum(held, 1)[:, None], size=(n, self.n_replay))
+        seen = replay.seen + np.arange(1, n + 1)
+        keep = rng.integers(0, seen)
+        filling = replay.size + np.arange(n) < self.capacity
+        insert = np.where(filling, replay.size + np.arange(n), keep)
+        insert = np.minimum(insert, self.capacity)
+        mined_slots = np.full((n, self.n_mined, 3), -1, np.int64)
+        mined_rows = np.zeros((n, self.n_mined, 3, new.shape[2]), np.float32)
+        if self.n_mined:
+            alpha = np.asarray(_host(self.step.alpha), np.float64)
+            rows, slots = step.graph.take(self.n_mined * n, alpha, config.mining_candidates)
+            mined_slots.reshape(-1, 3)[: len(slots)] = slots
+            mined_rows.reshape(-1, 3, new.shape[2])[: len(rows)] = rows
+        rates = np.array([step.step_size(step.learned + k) for k in range(n)])
+        device = self.device
+        for target, value in (
+            (self.new, new),
+            (self.replay_slot, draws),
+            (self.replay_valid, np.broadcast_to((held > 0)[:, None], draws.shape)),
+            (self.mined, mined_rows),
+            (self.mined_valid, mined_slots[..., 0] >= 0),
+            (self.insert_slot, insert),
+            (self.learning_rate, rates.astype(np.float32)),
+        ):
+            target[:n].copy_(torch.from_numpy(np.array(value)).to(device), True)
+        self.alpha.copy_(torch.as_tensor(_host(step.alpha), device=device))
+        self.last_losses.copy_(torch.as_tensor(_host(step.last_losses), device=device))
+        self._insert, self._rates = insert, rates
+        return mined_slots
+
+    def _run(self, n: int) -> None:
+        """n updates: on CUDA by graph launches, elsewhere one call each."""
+        if not self.capture:
+            with torch_threads(self.step.config.cpu_threads or None):
+                for _ in range(n):
+                    self.update()
+            return
+        many, one = self._graphs or self._capture()
+        for _ in range(n // UPDATES_PER_GRAPH):
+            many.replay()
+        for _ in range(n % UPDATES_PER_GRAPH):
+            one.replay()
+
+    def _capture(self) -> tuple[Any, Any]:
+        """CUDA graphs of UPDATES_PER_GRAPH updates and of one, captured after a warm-up on a
+        side stream (as ``torch.cuda.graphs`` requires). The update is compiled first
+        (``torch.compile``: its elementwise arithmetic fused into a few kernels), unless
+        COMPILE_UPDATE is off or compiling fails, when the graphs hold the plain update's
+        kernels. Warm-up and capture run updates, so the model and the reservoir are saved
+        before and put back after."""
+        saved = [t.clone() for t in self._state()]
+        update = self._warm_up()
+        many, one = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+        with torch.cuda.graph(many):
+            for _ in range(UPDATES_PER_GRAPH):
+                update()
+        with torch.cuda.graph(one):
+            update()
+        for target, value in zip(self._state(), saved, strict=True):
+            target.copy_(value)
+        self.counter.zero_()
+        self._graphs = (many, one)
+        return many, one
+
+    def _warm_up(self) -> Any:
+        """Run (and compile) the update a few times on a side stream; returns the update the
+        graphs capture."""
+        update = self.update
+        if COMPILE_UPDATE:
+            update = torch.compile(self.update, fullgraph=True, dynamic=False)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            try:
+                self._run_eagerly(update)
+            except Exception as error:  # any compiler failure: run uncompiled
+                if update is self.update:
+                    raise
+                warnings.warn(
+                    f"device steps: torch.compile failed ({error!r:.200}); capturing the "
+                    "uncompiled update",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                update = self.update
+                self._run_eagerly(update)
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self.compiled = update is not self.update
+        return update
+
+    def _run_eagerly(self, update: Any) -> None:
+        for _ in range(3):
+            self.counter.zero_()
+            update()
+
+    def _state(self) -> list[torch.Tensor]:
+        """What an update changes, besides the block's outputs."""
+        return [
+            *self.step.network.tensors().values(),
+            self.alpha,
+            self.last_losses,
+            self.reservoir,
+        ]
+
+    def _read_back(self, new: np.ndarray, mined_slots: np.ndarray, n: int) -> StepResult:
+        """Bring the block's outcomes to the host (one copy each) and apply them there, in stream
+        order: the replay reservoir's mirror, the constraint graph, the prequential record, α,
+        the last losses and the step-size clock."""
+        step = self.step
+        ok = self.ok[:n].cpu().numpy()
+        used = self.used[:n].cpu().numpy()
+        correct = self.correct[:n].cpu().numpy()[ok]
+        combined = self.combined[:n].cpu().numpy()[ok]
+        fresh = self.fresh[:n].cpu().numpy()  # (n, L+1, 3, E)
+        mined = self.mined_embeddings[:n].cpu().numpy()  # (n, L+1, 3, q, E)
+        step.alpha = step.per_depth(self.alpha.clone())
+        step.last_losses = step.per_depth(self.last_losses.clone())
+        self._mirror(new[ok], self._insert[ok], bool(ok.all()))
+        if self.n_mined:
+            slots = mined_slots[ok].reshape(-1, 3)
+            found = slots[:, 0] >= 0
+            # (n, L+1, 3, q, E) -> (L+1, n·q, 3, E) in update order, then by role.
+            embeddings = mined[ok].transpose(1, 0, 3, 2, 4)
+            embeddings = embeddings.reshape(step.n_depths, -1, 3, mined.shape[-1])
+            for role in range(3):
+                step.graph.refresh(slots[found, role], embeddings[:, found, role])
+            step.graph.observe(new[ok], fresh[ok].transpose(1, 2, 0, 3))
+        step.prequential.update(correct, combined)
+        step.learned += int(ok.sum())
+        if ok.any():  # the step size of the latest update, as a per-update step reports it
+            step.learning_rate = float(self._rates[np.flatnonzero(ok)[-1]])
+        skipped = int((~ok).sum())
+        if not len(combined):
+            return StepResult(used, None, None, skipped)
+        return StepResult(used, correct, combined, skipped or None, len(combined))
+
+    # ---------------------------------------------------------------- the reservoir
+    def _sync_reservoir(self) -> None:
+        """Upload the host's replay reservoir when it is not the one the device holds (the
+        first block, a checkpoint restored, the memories emptied by a drift)."""
+        replay = self.step.replay
+        if self._mirrored == (id(replay), replay.revision):
+            return
+        self.reservoir.zero_()
+        self.reservoir[: replay.size].copy_(torch.from_numpy(replay.rows[: replay.size]))
+        self._mirrored = (id(replay), replay.revision)
+
+    def _mirror(self, new: np.ndarray, insert: np.ndarray, every: bool) -> None:
+        """Apply the block's reservoir writes to the host's reservoir (checkpoints read it). A
+        block that left an update out re-uploads it before the next one: its later fills were
+        drawn for slots the device wrote out of step."""
+        replay = self.step.replay
+        replay.place(new, insert)
+        self._mirrored = (id(replay), replay.revision) if every else None
+
+
+def _host(a: Any) -> np.ndarray:
+    return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+
+
+def _finite_or_zero(cache: Any, ok: torch.Tensor) -> Any:
+    """The forward pass's tensors, zeroed when the update is left out, so that a masked-out
+    update adds 0, not 0 · inf, to the weights."""
+    x, hidden, embeddings = (
+        torch.where(ok, t, 0.0) for t in (cache.x, cache.hidden, cache.embeddings)
+    )
+    return type(cache)(x, hidden, torch.where(ok, cache.norms, 1.0), embeddings)
+
+
+class _Zeros:
+    """Zero tensors on one device, float32 unless told."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def __call__(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return torch.zeros(shape, dtype=dtype, device=self.device)

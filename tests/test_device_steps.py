@@ -1,0 +1,183 @@
+"""Device-resident strict updates (oahu.learners.oahu.device_steps): the same torch code that is
+captured as CUDA graphs on a GPU, run eagerly on the CPU, checked against per-update learning and
+for what it keeps on the host (reservoir mirror, constraint graph, counters, checkpoints)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from oahu import OAHU
+from oahu.learners.oahu.config import OAHUConfig
+from oahu.learners.oahu.device_steps import UPDATES_PER_GRAPH
+
+D = 12
+
+
+def _triplets(n: int, seed: int = 0, classes: int = 4) -> np.ndarray:
+    """Triplets (n, 3, D) of a few Gaussian classes, items drawn from a pool so that they
+    recur (the constraint graph links them)."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(classes, D)).astype(np.float32) * 2
+    labels = rng.integers(0, classes, 300)
+    pool = centres[labels] + rng.normal(size=(300, D)).astype(np.float32)
+    out = np.empty((n, 3, D), np.float32)
+    for k in range(n):
+        a = rng.integers(0, 300)
+        same = np.flatnonzero(labels == labels[a])
+        other = np.flatnonzero(labels != labels[a])
+        out[k] = pool[[a, rng.choice(same), rng.choice(other)]]
+    return out
+
+
+def _model(engine: str, **fields) -> OAHU:
+    fields = {"hidden_width": 16, "preprocess": "none", "device": "cpu", **fields}
+    return OAHU(D, step_engine=engine, **fields)
+
+
+def _learn(model: OAHU, rows: np.ndarray) -> np.ndarray:
+    return model.learn_triplets(rows[:, 0], rows[:, 1], rows[:, 2])
+
+
+def test_without_memories_it_is_the_per_update_step():
+    # No replay and no mining: nothing is drawn or mined ahead, so a block of strict updates
+    # is the per-update step's sequence of updates, up to float rounding.
+    rows = _triplets(300)
+    plain = dict(replay=0, mined=0, drift_detector="none")
+    per_update, device = _model("update", **plain), _model("device", **plain)
+    used_a, used_b = _learn(per_update, rows), _learn(device, rows)
+    for name, a in per_update.network.tensors().items():
+        b = device.network.tensors()[name]
+        assert torch.allclose(a, b, atol=2e-5), name
+    np.testing.assert_allclose(per_update.alpha, device.alpha, atol=1e-5)
+    assert (used_a == used_b).mean() > 0.99
+    assert device.updates == per_update.updates == 300
+    assert device.update_step.learned == 300
+    assert device.prequential.seen == 300
+    assert abs(device.prequential.combined - per_update.prequential.combined) < 0.01
+    assert device.update_step.learning_rate == per_update.update_step.learning_rate
+
+
+def test_blocks_grow_with_the_stream():
+    model = _model("device", device_block=64)
+    engine = model.device_steps
+    assert engine.block_size() == UPDATES_PER_GRAPH  # nothing learned yet
+    _learn(model, _triplets(100))
+    assert engine.block_size() == 25  # a quarter of what was learned
+    _learn(model, _triplets(400, seed=1))
+    assert engine.block_size() == 64
+
+
+def test_the_host_mirrors_what_the_device_holds():
+    model = _model("device", replay_memory=50, item_memory=64)
+    rows = _triplets(400)
+    _learn(model, rows)
+    step, engine = model.update_step, model.device_steps
+    replay = step.replay
+    # Algorithm R: the reservoir is full and has been offered every triplet.
+    assert (replay.size, replay.seen) == (50, 400)
+    np.testing.assert_array_equal(replay.rows, engine.reservoir[:50].numpy())
+    # Every held row is one of the stream's triplets.
+    keys = {r.tobytes() for r in rows}
+    assert all(r.tobytes() in keys for r in replay.rows)
+    # The constraint graph learned the stream, and mined triplets were learned from it.
+    assert step.graph.size == 64 and step.graph.n_links > 0
+    assert bool(engine.mined_valid.any())
+    # α, the last losses and the step-size clock came back to the host.
+    np.testing.assert_allclose(model.alpha, engine.alpha.numpy(), rtol=1e-6)
+    assert model.alpha.sum() == pytest.approx(1.0)
+    assert step.learning_rate == pytest.approx(step.step_size(399))
+
+
+def test_a_non_finite_triplet_is_left_out_and_counted():
+    model = _model("device")
+    rows = _triplets(40)
+    rows[17] *= np.float32(1e30)  # finite input whose squared norms overflow
+    used = _learn(model, rows)
+    assert model.skipped["non_finite_loss"] == 1
+    assert not used[17]
+    assert model.updates == 39 and model.update_step.learned == 39
+    assert all(bool(torch.isfinite(t).all()) for t in model.network.tensors().values())
+    assert model.update_step.replay.seen == 39  # never replayed
+    # The block that left it out wrote the device's reservoir out of step with the host's: the
+    # next block uploaded the host's again.
+    _learn(model, _triplets(20, seed=3))
+    np.testing.assert_array_equal(
+        model.update_step.replay.rows[: model.update_step.replay.size],
+        model.device_steps.reservoir[: model.update_step.replay.size].numpy(),
+    )
+
+
+def test_a_checkpoint_restores_the_same_learning():
+    rows = _triplets(500)
+    model = _model("device")
+    _learn(model, rows[:300])
+    state = model.get_state()
+    restored = _model("device")
+    restored.set_state(state)
+    _learn(model, rows[300:])
+    _learn(restored, rows[300:])
+    for name, a in model.network.tensors().items():
+        assert torch.equal(a, restored.network.tensors()[name]), name
+    np.testing.assert_array_equal(model.alpha, restored.alpha)
+
+
+def test_a_drift_that_empties_the_memories_uploads_the_new_reservoir():
+    model = _model("device")
+    _learn(model, _triplets(200))
+    model._adapt_to_drift()  # alpha, step and memory (the default adaptation)
+    assert model.update_step.replay.size == 0
+    _learn(model, _triplets(30, seed=5))
+    replay = model.update_step.replay
+    assert replay.size == 30
+    np.testing.assert_array_equal(replay.rows[:30], model.device_steps.reservoir[:30].numpy())
+
+
+def test_quadruplets_take_the_per_update_step():
+    model = _model("device")
+    rng = np.random.default_rng(0)
+    quads = rng.normal(size=(4, 20, D)).astype(np.float32)
+    used = model.learn_quadruplets(*quads)
+    assert model.updates == 20 and len(used) == 20
+
+
+def test_engine_is_chosen_by_the_configuration():
+    assert OAHU(D, device="cpu").device_steps is None  # "auto" on the CPU: per update
+    assert OAHU(D, device="cpu", step_engine="device").device_steps is not None
+    with pytest.raises(ValueError, match="step_engine: 'device' runs strict updates"):
+        OAHUConfig(step_engine="device", batch_size=4)
+    with pytest.raises(ValueError, match="step_engine"):
+        OAHUConfig(step_engine="gpu")
+    with pytest.raises(ValueError, match="device_block"):
+        OAHUConfig(device_block=2)
+
+
+def test_paper_preset_runs_on_the_device_engine():
+    model = OAHU(D, preset="paper", device="cpu", step_engine="device")
+    _learn(model, _triplets(100))
+    assert model.updates == 100
+    assert not np.allclose(model.alpha, 1 / 6)  # the loss-driven hedge moved
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_graphs_learn_the_cpu_model():
+    rows = _triplets(600)
+    models = {}
+    for device in ("cpu", "cuda"):
+        models[device] = OAHU(
+            D,
+            hidden_width=16,
+            preprocess="none",
+            device=device,
+            step_engine="device",
+            device_block=64,
+        )
+        _learn(models[device], rows)
+    cpu, cuda = models["cpu"], models["cuda"]
+    assert cuda.device_steps._graphs is not None
+    for name, a in cpu.network.tensors().items():
+        b = cuda.network.tensors()[name].cpu()
+        assert torch.allclose(a, b, atol=1e-3), (name, float((a - b).abs().max()))
+    np.testing.assert_allclose(cpu.alpha, cuda.alpha, atol=1e-3)
+    assert cuda.updates == cpu.updates == 600
