@@ -474,6 +474,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dataset", choices=("fashion-mnist", "digits"), default="fashion-mnist")
     parser.add_argument("--fashion-mnist-root", default=FASHION_MNIST_ROOT, metavar="DIR")
+    parser.add_argument(
+        "--commit",
+        default=None,
+        help="the code's commit, for a copied tree without git (default: git rev-parse HEAD)",
+    )
     parser.add_argument("--out", type=Path, default=Path("gpu.json"))
     parser.add_argument("--plot", type=Path, default=None, metavar="FILE.png")
     args = parser.parse_args(argv)
@@ -496,7 +501,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "gpu": torch.cuda.get_device_name(device) if on_cuda(device) else None,
         "torch": torch.__version__,
-        "commit": git_commit(),
+        "commit": args.commit or git_commit(),
         "code_version": code_version(),
         "device": device,
         "machine": machine(),
@@ -534,7 +539,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     if args.compare_cpu:
         out["compare_cpu"] = compare_cpu(stream, args)
         save()
-    capped = [f"{r['preset'] or 'default'} B={r['batch_size']}" for r in out["runs"] if r["capped"]]
+    capped = [
+        f"{r['preset'] or 'default'} B={r['batch_size']}{' long' if r.get('long') else ''}"
+        for r in out["runs"]
+        if r["capped"]
+    ]
     out["capped_runs"] = capped
     save()
     if args.plot is not None:
