@@ -14,17 +14,11 @@ from service_support import make_stream, start_service, train_reference
 
 from oahu.inference import classify, index_gallery
 from oahu.inference.matmul import MatmulIndex
-from oahu.persistence import learner_to_bytes
-from oahu.registry import make_learner
-from oahu.service.catalog import Catalog
 from oahu.service.config import ServiceConfig
-from oahu.service.item_store import ItemStore
 from oahu.service.serving.app import Service
-from oahu.service.serving.snapshot import build_snapshot
 from oahu.streams.stream_file import ConstraintStream
 
 N = 200
-NO_CUDA = "no CUDA device here; the CPU tests run the same index code on device 'cpu'"
 
 
 def test_the_index_device_follows_the_learners_configured_device():
@@ -60,22 +54,3 @@ def test_a_cpu_learner_serves_from_a_cpu_index_and_classify_answers_as_before(se
     assert [p["label"] for p in served_predictions] == expected.labels.tolist()
     scores = [[p["scores"][str(c)] for c in expected.classes] for p in served_predictions]
     np.testing.assert_allclose(scores, expected.scores, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_CUDA)
-def test_a_cuda_snapshot_classifies_as_the_cpu_snapshot(tmp_path: Path):
-    rng = np.random.default_rng(0)
-    gallery = ItemStore(dim=16)
-    gallery.add(
-        [f"g{i}" for i in range(3000)], rng.normal(size=(3000, 16)), y=rng.integers(0, 7, 3000)
-    )
-    catalog = Catalog(ItemStore(dim=16), gallery, tmp_path / "overlay.npz")
-    state = learner_to_bytes(make_learner("oahu", 16, device="cuda"))
-    on_cpu = build_snapshot(state, catalog, version=1, index_device="cpu")
-    on_gpu = build_snapshot(state, catalog, version=1, index_device="cuda")
-    assert on_gpu.index.device.type == "cuda"
-    queries = on_cpu.learner.embed(rng.normal(size=(50, 16)).astype(np.float32))
-    want = classify(on_cpu.index, queries, on_cpu.alpha, k=5)
-    got = classify(on_gpu.index, queries, on_gpu.alpha, k=5)
-    assert (got.labels == want.labels).mean() >= 0.98  # near-exact ties may swap
-    np.testing.assert_allclose(got.scores, want.scores, rtol=1e-3, atol=1e-3)
