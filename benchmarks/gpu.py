@@ -226,6 +226,9 @@ def run_config(
         "steady": flop_rate(learned["steady_triplets_per_s"], flops, args.peak_tflops, device),
         "evaluation_seconds": time.perf_counter() - started,
         "settings": args.fields,
+        # Every field the learner ran with, those a newer learner adds (its step engine, say)
+        # included: runs of different code compare only where these agree.
+        "config": model.config.to_dict(),
     }
     rate, steady = run["triplets_per_s"], run["steady_triplets_per_s"]
     print(
@@ -273,6 +276,7 @@ def profile_strict(stream: ConstraintStream, args: argparse.Namespace) -> dict[s
     out: dict[str, Any] = {
         "learner": "default",
         "batch_size": 1,
+        "config": model.config.to_dict(),
         "warmup_constraints": warmup,
         "updates": made,
         "host_wall_us_per_update": wall / made * 1e6 if made else None,

@@ -34,6 +34,7 @@ def test_a_cpu_run_writes_the_contract(tmp_path):
         assert run["triplets_per_s"] > 0 and run["steady_triplets_per_s"] > 0
         assert 0 <= run["error"] <= 1 and len(run["alpha"]) in (3, 6)
         assert run["gpu_max_memory_allocated_mib"] is None and run["achieved_gflops"] > 0
+        assert run["config"]["batch_size"] == run["batch_size"]
     assert runs[-1]["long"] is True and runs[-1]["constraints"] == 800
     assert 0 <= runs[0]["prequential_accuracy"] <= 1
     profile = result["profile"]
