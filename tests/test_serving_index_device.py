@@ -24,6 +24,7 @@ N = 200
 def test_the_index_device_follows_the_learners_configured_device():
     assert ServiceConfig(learner="oahu", learner_params={"device": "cpu"}).index_device() == "cpu"
     assert ServiceConfig(learner="lego").index_device() == "cpu"  # no torch device of its own
+    assert ServiceConfig(index="ivf").index_device() == "cpu"  # faiss's index: the CPU's
     auto = ServiceConfig(learner="oahu").index_device()  # a torch learner's default: "auto"
     assert auto == ("cuda" if torch.cuda.is_available() else "cpu")
 

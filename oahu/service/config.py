@@ -311,7 +311,8 @@ class ServiceConfig:
         embeds on (``--learner-param device=cuda``, ``cuda:N``, or ``auto``, a torch learner's
         default, on a machine with one), where the gallery's embeddings already are and one
         matrix product answers a batch; else the CPU, whose search stays numpy's and torch's
-        on the host as before.
+        on the host as before. Only the ``"exact"`` index searches on a GPU: ``--index ivf`` is
+        faiss's, on the CPU.
 
         >>> ServiceConfig(learner="euclidean").index_device()
         'cpu'
@@ -320,8 +321,8 @@ class ServiceConfig:
         """
         from oahu.registry import learner_class
 
-        if "device" not in learner_class(self.learner).param_names():
-            return "cpu"  # a learner without a torch device embeds on the CPU
+        if self.index != "exact" or "device" not in learner_class(self.learner).param_names():
+            return "cpu"  # faiss's index, or a learner without a torch device (on the CPU)
         from oahu.learners.oahu.device import resolve_device
 
         device = resolve_device(str(self.learner_arguments().get("device", "auto")))
