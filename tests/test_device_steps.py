@@ -181,3 +181,28 @@ def test_cuda_graphs_learn_the_cpu_model():
         assert torch.allclose(a, b, atol=1e-3), (name, float((a - b).abs().max()))
     np.testing.assert_allclose(cpu.alpha, cuda.alpha, atol=1e-3)
     assert cuda.updates == cpu.updates == 600
+
+
+def test_a_drift_inside_a_call_drains_the_block_in_flight():
+    # The adaptation runs while the next block is in flight: that block is applied before the
+    # device takes the emptied memories and the uniform α, and nothing is mirrored into the
+    # new reservoir that was drawn for the old one.
+    model = _model("device", device_block=16)
+    _learn(model, _triplets(200))
+    calls = {"n": 0}
+    original = model._observe_mistakes
+
+    def drift_on_third(*args, **kwargs):
+        calls["n"] += 1
+        original(*args, **kwargs)
+        return calls["n"] == 3
+
+    model._observe_mistakes = drift_on_third
+    _learn(model, _triplets(96, seed=4))
+    replay = model.update_step.replay
+    assert model.updates == 296 and model.update_step.decay_origin > 200
+    assert 0 < replay.size < 96  # refilled after the drift, from the blocks launched since
+    np.testing.assert_array_equal(
+        replay.rows[: replay.size], model.device_steps.reservoir[: replay.size].numpy()
+    )
+    np.testing.assert_allclose(model.alpha, model.device_steps.alpha.numpy(), rtol=1e-6)

@@ -29,7 +29,8 @@ share of what the graph knows.
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
@@ -107,6 +108,20 @@ class DeviceResidentSteps:
         self._graphs: tuple[Any, Any] | None = None
         self.compiled = False  # whether the captured update was compiled
         self._mirrored: tuple[int, int] | None = None  # (id, revision) of the reservoir held
+        self._out_of_step = False  # the device's reservoir was written out of step with it
+        # The host's α and last losses the device took, and the reservoir's and the clock's
+        # counts with the blocks launched (ahead of the host's while one is in flight).
+        self._given: tuple[Any, Any] = (None, None)
+        self._held = self._seen = self._scheduled = 0
+        if self.capture:
+            self._pinned = [
+                [torch.empty(t.shape, dtype=t.dtype).pin_memory() for t in self._outputs()]
+                for _ in range(2)
+            ]
+            self._flip = 0
+
+    def _outputs(self) -> list[torch.Tensor]:
+        return [getattr(self, name) for name in _Outcomes.names]
 
     # ---------------------------------------------------------------- one update
     def update(self) -> None:
@@ -166,49 +181,89 @@ class DeviceResidentSteps:
         self.mined_embeddings.index_copy_(0, i, f[:, :, n_rows - n_mined :][None])
         self.counter += 1
 
-    # ---------------------------------------------------------------- a block
+    # ---------------------------------------------------------------- blocks
     def block_size(self) -> int:
         """New triplets the next block takes: ``block``, but at most a quarter of the constraints
-        learned since the step-size clock last started, and at least UPDATES_PER_GRAPH."""
-        step = self.step
-        since = step.learned - step.decay_origin
+        learned (or launched) since the step-size clock last started, and at least
+        UPDATES_PER_GRAPH."""
+        since = self._scheduled - self.step.decay_origin
         return max(UPDATES_PER_GRAPH, min(self.block, since // _BLOCK_SHARE))
 
-    def __call__(self, rows: np.ndarray) -> StepResult:
-        """Learn validated triplets (n, 3, d), n <= ``block``, as n strict updates."""
-        n = len(rows)
-        step = self.step
-        new = step.project(rows)
-        self._sync_reservoir()
-        slots = self._load(new)
-        self.counter.zero_()
-        self._run(n)
-        return self._read_back(new, slots, n)
+    def learn(self, rows: np.ndarray) -> Iterator[tuple[int, StepResult]]:
+        """Learn validated triplets (n, 3, d) as n strict updates, block by block; yields each
+        block's first row and :class:`StepResult` in stream order, once the host has caught up
+        with it. The next block is launched before a block's outcomes are applied, so that the
+        host's catching up overlaps the device's work; it mines from the constraint graph as it
+        was before the block in flight. Everything is applied when the iteration ends.
 
-    def _load(self, new: np.ndarray) -> np.ndarray:
-        """Fill the block's inputs for ``new`` (n, 3, width): the replay draws, the reservoir
-        slots, the mined triplets and the step sizes. Returns the mined triplets' graph slots
-        (n, mined, 3), -1 where none was mined."""
-        step, config = self.step, self.step.config
-        n = len(new)
-        replay, rng = step.replay, step.replay.rng
-        # Reservoir size before each update, if every update is taken (Algorithm R).
-        held = np.minimum(replay.size + np.arange(n), self.capacity)
-        draws = rng.integers(0, np.maximum(held, 1)[:, None], size=(n, self.n_replay))
-        seen = replay.seen + np.arange(1, n + 1)
-        keep = rng.integers(0, seen)
-        filling = replay.size + np.arange(n) < self.capacity
-        insert = np.where(filling, replay.size + np.arange(n), keep)
-        insert = np.minimum(insert, self.capacity)
-        mined_slots = np.full((n, self.n_mined, 3), -1, np.int64)
-        mined_rows = np.zeros((n, self.n_mined, 3, new.shape[2]), np.float32)
-        if self.n_mined:
-            alpha = np.asarray(_host(self.step.alpha), np.float64)
-            rows, slots = step.graph.take(self.n_mined * n, alpha, config.mining_candidates)
-            mined_slots.reshape(-1, 3)[: len(slots)] = slots
-            mined_rows.reshape(-1, 3, new.shape[2])[: len(rows)] = rows
-        rates = np.array([step.step_size(step.learned + k) for k in range(n)])
+        Between two blocks the host may change what the device holds (a drift's adaptation:
+        α, the memories): the block in flight is then applied first, and the device takes the
+        host's values before the next one.
+        """
+        pending: _Block | None = None
+        start = 0
+        while start < len(rows) or pending is not None:
+            if pending is not None and (start >= len(rows) or self._host_changed()):
+                yield pending.start, self._apply(pending)
+                pending = None
+                continue
+            if pending is None:
+                self._sync()
+            n = self.block_size()
+            launched = self._launch(rows[start : start + n], start)
+            start += n
+            if pending is not None:
+                yield pending.start, self._apply(pending)
+            pending = launched
+
+    def _host_changed(self) -> bool:
+        """Whether the host replaced α, the last losses or the replay reservoir since the
+        device took them, or a block wrote the device's reservoir out of step."""
+        step, replay = self.step, self.step.replay
+        return (
+            step.alpha is not self._given[0]
+            or step.last_losses is not self._given[1]
+            or self._mirrored != (id(replay), replay.revision)
+            or self._out_of_step
+        )
+
+    def _sync(self) -> None:
+        """Give the device the host's state where it changed (nothing is in flight)."""
+        step, replay = self.step, self.step.replay
         device = self.device
+        if self._out_of_step or self._mirrored != (id(replay), replay.revision):
+            self._out_of_step = False
+            self.reservoir.zero_()
+            self.reservoir[: replay.size].copy_(torch.from_numpy(replay.rows[: replay.size]))
+            self._mirrored = (id(replay), replay.revision)
+        self.alpha.copy_(torch.as_tensor(_host(step.alpha), device=device))
+        self.last_losses.copy_(torch.as_tensor(_host(step.last_losses), device=device))
+        self._given = (step.alpha, step.last_losses)
+        self._held, self._seen = replay.size, replay.seen
+        self._scheduled = step.learned
+
+    def _launch(self, rows: np.ndarray, start: int) -> _Block:
+        """Fill the block's inputs for ``rows`` and start its updates: the replay draws and
+        reservoir slots (Algorithm R, for a reservoir that takes every update), the mined
+        triplets and the step sizes; then queue the copies of its outcomes to the host."""
+        step, config = self.step, self.step.config
+        new = step.project(rows)
+        n, width = len(new), new.shape[2]
+        rng, order = step.replay.rng, np.arange(n)
+        held = np.minimum(self._held + order, self.capacity)  # before each update
+        draws = rng.integers(0, np.maximum(held, 1)[:, None], size=(n, self.n_replay))
+        keep = rng.integers(0, self._seen + order + 1)
+        filling = self._held + order < self.capacity
+        insert = np.minimum(np.where(filling, self._held + order, keep), self.capacity)
+        mined_slots = np.full((n, self.n_mined, 3), -1, np.int64)
+        mined_rows = np.zeros((n, self.n_mined, 3, width), np.float32)
+        graph = step.graph
+        if self.n_mined:
+            alpha = np.asarray(_host(step.alpha), np.float64)
+            found, slots = graph.take(self.n_mined * n, alpha, config.mining_candidates)
+            mined_slots.reshape(-1, 3)[: len(slots)] = slots
+            mined_rows.reshape(-1, 3, width)[: len(found)] = found
+        rates = np.array([step.step_size(self._scheduled + k) for k in range(n)])
         for target, value in (
             (self.new, new),
             (self.replay_slot, draws),
@@ -218,11 +273,85 @@ class DeviceResidentSteps:
             (self.insert_slot, insert),
             (self.learning_rate, rates.astype(np.float32)),
         ):
-            target[:n].copy_(torch.from_numpy(np.array(value)).to(device), True)
-        self.alpha.copy_(torch.as_tensor(_host(step.alpha), device=device))
-        self.last_losses.copy_(torch.as_tensor(_host(step.last_losses), device=device))
-        self._insert, self._rates = insert, rates
-        return mined_slots
+            target[:n].copy_(torch.from_numpy(np.array(value)).to(self.device), True)
+        self.counter.zero_()
+        self._run(n)
+        self._held = min(self._held + n, self.capacity)
+        self._seen += n
+        self._scheduled += n
+        return _Block(
+            start,
+            new,
+            insert,
+            rates,
+            mined_slots,
+            graph.keys[mined_slots.clip(min=0)],
+            self._outcomes(n),
+        )
+
+    def _outcomes(self, n: int) -> _Outcomes:
+        """Copies of the block's outcomes on the host, queued behind its updates (into pinned
+        memory on CUDA, so that they do not wait for the host), with an event to wait on."""
+        names = _Outcomes.names
+        outputs = self._outputs()
+        outputs = [
+            t if name in _Outcomes.whole else t[:n] for name, t in zip(names, outputs, strict=True)
+        ]
+        if not self.capture:
+            return _Outcomes([t.clone() for t in outputs], None)
+        # Two sets of host buffers: a block's copies land while the one before is applied.
+        pinned = self._pinned[self._flip]
+        self._flip ^= 1
+        copies = [p[: t.shape[0]] for p, t in zip(pinned, outputs, strict=True)]
+        for copy, t in zip(copies, outputs, strict=True):
+            copy.copy_(t, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return _Outcomes(copies, done)
+
+    def _apply(self, block: _Block) -> StepResult:
+        """Wait for a launched block and apply its outcomes on the host, in stream order: the
+        replay reservoir's host copy, the constraint graph, the prequential record, α, the
+        last losses and the step-size clock."""
+        step = self.step
+        out = block.outcomes.wait()
+        ok, used, correct, combined, fresh, mined, alpha, losses = out
+        correct, combined = correct[ok], combined[ok]
+        step.alpha = step.per_depth(torch.from_numpy(alpha.copy()).to(self.device))
+        step.last_losses = step.per_depth(torch.from_numpy(losses.copy()).to(self.device))
+        self._given = (step.alpha, step.last_losses)
+        self._mirror(block.new[ok], block.insert[ok], bool(ok.all()))
+        if self.n_mined:
+            slots, keys = block.mined_slots[ok].reshape(-1, 3), block.mined_keys[ok].reshape(-1, 3)
+            # Mined, and still held by the same items (a later block may have taken the slot).
+            current = (slots[:, 0] >= 0) & (step.graph.keys[slots.clip(min=0)] == keys).all(1)
+            # (k, L+1, 3, q, E) -> (L+1, k·q, 3, E) in update order, then by role.
+            embeddings = mined[ok].transpose(1, 0, 3, 2, 4)
+            embeddings = embeddings.reshape(step.n_depths, -1, 3, mined.shape[-1])
+            for role in range(3):
+                step.graph.refresh(slots[current, role], embeddings[:, current, role])
+            step.graph.observe(block.new[ok], fresh[ok].transpose(1, 2, 0, 3))
+        step.prequential.update(correct, combined)
+        step.learned += int(ok.sum())
+        if ok.any():  # the step size of the latest update, as a per-update step reports it
+            step.learning_rate = float(block.rates[np.flatnonzero(ok)[-1]])
+        skipped = int((~ok).sum())
+        if not len(combined):
+            return StepResult(used, None, None, skipped)
+        return StepResult(used, correct, combined, skipped or None, len(combined))
+
+    def _mirror(self, new: np.ndarray, insert: np.ndarray, every: bool) -> None:
+        """Apply a block's reservoir writes to the host's reservoir (checkpoints read it), if it
+        is still the one the block drew its slots for. A block that left an update out wrote
+        the device's out of step (its later fills were drawn for slots it did not take): the
+        host's is uploaded again before the next block."""
+        replay = self.step.replay
+        if self._mirrored != (id(replay), replay.revision):
+            return  # replaced by the host (a drift emptied the memories): nothing to mirror
+        if self.n_replay:
+            replay.place(new, insert)
+        self._mirrored = (id(replay), replay.revision)
+        self._out_of_step |= not every
 
     def _run(self, n: int) -> None:
         """n updates: on CUDA by graph launches, elsewhere one call each."""
@@ -261,16 +390,19 @@ class DeviceResidentSteps:
     def _warm_up(self) -> Any:
         """Run (and compile) the update a few times on a side stream; returns the update the
         graphs capture."""
-        update = self.update
-        if COMPILE_UPDATE:
-            update = torch.compile(self.update, fullgraph=True, dynamic=False)
+        self.compiled = COMPILE_UPDATE
+        update = (
+            torch.compile(self.update, fullgraph=True, dynamic=False)
+            if self.compiled
+            else self.update
+        )
         side = torch.cuda.Stream(self.device)
         side.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(side):
             try:
                 self._run_eagerly(update)
             except Exception as error:  # any compiler failure: run uncompiled
-                if update is self.update:
+                if not self.compiled:
                     raise
                 warnings.warn(
                     f"device steps: torch.compile failed ({error!r:.200}); capturing the "
@@ -278,10 +410,9 @@ class DeviceResidentSteps:
                     RuntimeWarning,
                     stacklevel=4,
                 )
-                update = self.update
+                self.compiled, update = False, self.update
                 self._run_eagerly(update)
         torch.cuda.current_stream(self.device).wait_stream(side)
-        self.compiled = update is not self.update
         return update
 
     def _run_eagerly(self, update: Any) -> None:
@@ -298,56 +429,43 @@ class DeviceResidentSteps:
             self.reservoir,
         ]
 
-    def _read_back(self, new: np.ndarray, mined_slots: np.ndarray, n: int) -> StepResult:
-        """Bring the block's outcomes to the host (one copy each) and apply them there, in stream
-        order: the replay reservoir's mirror, the constraint graph, the prequential record, α,
-        the last losses and the step-size clock."""
-        step = self.step
-        ok = self.ok[:n].cpu().numpy()
-        used = self.used[:n].cpu().numpy()
-        correct = self.correct[:n].cpu().numpy()[ok]
-        combined = self.combined[:n].cpu().numpy()[ok]
-        fresh = self.fresh[:n].cpu().numpy()  # (n, L+1, 3, E)
-        mined = self.mined_embeddings[:n].cpu().numpy()  # (n, L+1, 3, q, E)
-        step.alpha = step.per_depth(self.alpha.clone())
-        step.last_losses = step.per_depth(self.last_losses.clone())
-        self._mirror(new[ok], self._insert[ok], bool(ok.all()))
-        if self.n_mined:
-            slots = mined_slots[ok].reshape(-1, 3)
-            found = slots[:, 0] >= 0
-            # (n, L+1, 3, q, E) -> (L+1, n·q, 3, E) in update order, then by role.
-            embeddings = mined[ok].transpose(1, 0, 3, 2, 4)
-            embeddings = embeddings.reshape(step.n_depths, -1, 3, mined.shape[-1])
-            for role in range(3):
-                step.graph.refresh(slots[found, role], embeddings[:, found, role])
-            step.graph.observe(new[ok], fresh[ok].transpose(1, 2, 0, 3))
-        step.prequential.update(correct, combined)
-        step.learned += int(ok.sum())
-        if ok.any():  # the step size of the latest update, as a per-update step reports it
-            step.learning_rate = float(self._rates[np.flatnonzero(ok)[-1]])
-        skipped = int((~ok).sum())
-        if not len(combined):
-            return StepResult(used, None, None, skipped)
-        return StepResult(used, correct, combined, skipped or None, len(combined))
 
-    # ---------------------------------------------------------------- the reservoir
-    def _sync_reservoir(self) -> None:
-        """Upload the host's replay reservoir when it is not the one the device holds (the
-        first block, a checkpoint restored, the memories emptied by a drift)."""
-        replay = self.step.replay
-        if self._mirrored == (id(replay), replay.revision):
-            return
-        self.reservoir.zero_()
-        self.reservoir[: replay.size].copy_(torch.from_numpy(replay.rows[: replay.size]))
-        self._mirrored = (id(replay), replay.revision)
+class _Outcomes:
+    """A block's outcomes on their way to the host: the copies, and the event after which
+    they are there (None: copied already)."""
 
-    def _mirror(self, new: np.ndarray, insert: np.ndarray, every: bool) -> None:
-        """Apply the block's reservoir writes to the host's reservoir (checkpoints read it). A
-        block that left an update out re-uploads it before the next one: its later fills were
-        drawn for slots the device wrote out of step."""
-        replay = self.step.replay
-        replay.place(new, insert)
-        self._mirrored = (id(replay), replay.revision) if every else None
+    names = (
+        "ok",
+        "used",
+        "correct",
+        "combined",
+        "fresh",
+        "mined_embeddings",
+        "alpha",
+        "last_losses",
+    )
+    whole = frozenset({"alpha", "last_losses"})  # as they are after the block, not per update
+
+    def __init__(self, copies: list[torch.Tensor], done: torch.cuda.Event | None) -> None:
+        self.copies = copies
+        self.done = done
+
+    def wait(self) -> list[np.ndarray]:
+        if self.done is not None:
+            self.done.synchronize()
+        return [t.numpy() for t in self.copies]
+
+
+class _Block(NamedTuple):
+    """What the host keeps of a launched block until it applies the block's outcomes."""
+
+    start: int  # its first row in the rows being learned
+    new: np.ndarray  # its triplets, preprocessed (n, 3, width)
+    insert: np.ndarray  # the reservoir slot drawn for each
+    rates: np.ndarray  # the step size of each update
+    mined_slots: np.ndarray  # (n, mined, 3) graph slots of its mined triplets, -1: none
+    mined_keys: np.ndarray  # the items in those slots then
+    outcomes: _Outcomes
 
 
 def _host(a: Any) -> np.ndarray:

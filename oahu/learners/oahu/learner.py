@@ -317,14 +317,17 @@ class OAHU(Learner):
                 "items (e.g. the development split) before the first constraint"
             )
         used = np.zeros(len(rows), dtype=bool)
-        device_steps = self.device_steps if kind == "triplet" else None
-        step = self.update_step if device_steps is None else device_steps
-        update_size = self._update_size if device_steps is None else device_steps.block_size
+        step = self.update_step
         start = 0
         # Overflow is expected on hostile input and handled (the row is skipped and counted).
         with self._step_threads(), np.errstate(over="ignore", invalid="ignore"):
+            if self.device_steps is not None and kind == "triplet":
+                for first, result in self.device_steps.learn(rows):
+                    used[first : first + len(result.used)] = result.used
+                    self._account(result)
+                return used
             while start < len(rows):
-                stop = start + update_size()
+                stop = start + self._update_size()
                 result = step(rows[start:stop])
                 used[start : start + len(result.used)] = result.used
                 self._account(result)
