@@ -56,6 +56,9 @@ from oahu.service.serving.snapshot import Snapshot, SnapshotPublisher
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLE = 256  # queries for the single-query timings and the CPU agreement check
 PREPARE_ITEMS = 20_000  # gallery items the learner's preprocessing is fitted on
+# A run that cannot finish (the builder or the query worker died) ends after these.
+BUILD_TIMEOUT = 240.0
+ANSWER_TIMEOUT = 30.0
 
 
 def synthetic_gallery(n: int, dim: int, classes: int, seed: int) -> ItemStore:
@@ -105,7 +108,9 @@ def fixed_rate(engine: QueryEngine, queries: np.ndarray, k: int, rate: float, se
             answered(due)
         )
     for _ in range(total):
-        done.acquire()
+        if not done.acquire(timeout=ANSWER_TIMEOUT):
+            raise RuntimeError(f"a request unanswered for {ANSWER_TIMEOUT} s (worker gone: "
+                               f"{engine.failed})")  # fmt: skip
     return latencies, failures, time.perf_counter() - start
 
 
@@ -179,10 +184,11 @@ def main() -> None:
         publisher.start()
         started = time.perf_counter()
         publisher.submit(learner_to_bytes(learner))
+        deadline = time.monotonic() + BUILD_TIMEOUT
         while publisher.current is None:  # a failed build would be retried: stop at once
-            if publisher.error is not None:
+            if publisher.error is not None or time.monotonic() > deadline:
                 publisher.stop()
-                raise RuntimeError(f"the snapshot build failed: {publisher.error}")
+                raise RuntimeError(f"no snapshot within {BUILD_TIMEOUT} s: {publisher.error}")
             time.sleep(0.05)
         built = time.perf_counter() - started
         snapshot = publisher.current
