@@ -113,12 +113,21 @@ class DeviceResidentSteps:
         # counts with the blocks launched (ahead of the host's while one is in flight).
         self._given: tuple[Any, Any] = (None, None)
         self._held = self._seen = self._scheduled = 0
-        if self.capture:
-            self._pinned = [
-                [torch.empty(t.shape, dtype=t.dtype).pin_memory() for t in self._outputs()]
-                for _ in range(2)
-            ]
-            self._flip = 0
+        self._alpha = np.zeros(depths)  # the host's α, as mining ranks by it
+        self._staging = _HostBuffers(self._inputs(), pinned=self.capture)
+        self._returned = _HostBuffers(self._outputs(), pinned=self.capture)
+
+    def _inputs(self) -> list[torch.Tensor]:
+        """A block's inputs, in the order :meth:`_launch` fills them."""
+        return [
+            self.new,
+            self.replay_slot,
+            self.replay_valid,
+            self.mined,
+            self.mined_valid,
+            self.insert_slot,
+            self.learning_rate,
+        ]
 
     def _outputs(self) -> list[torch.Tensor]:
         return [getattr(self, name) for name in _Outcomes.names]
@@ -239,6 +248,7 @@ class DeviceResidentSteps:
         self.alpha.copy_(torch.as_tensor(_host(step.alpha), device=device))
         self.last_losses.copy_(torch.as_tensor(_host(step.last_losses), device=device))
         self._given = (step.alpha, step.last_losses)
+        self._alpha = np.asarray(_host(step.alpha), np.float64)
         self._held, self._seen = replay.size, replay.seen
         self._scheduled = step.learned
 
@@ -259,21 +269,25 @@ class DeviceResidentSteps:
         mined_rows = np.zeros((n, self.n_mined, 3, width), np.float32)
         graph = step.graph
         if self.n_mined:
-            alpha = np.asarray(_host(step.alpha), np.float64)
-            found, slots = graph.take(self.n_mined * n, alpha, config.mining_candidates)
+            found, slots = graph.take(self.n_mined * n, self._alpha, config.mining_candidates)
             mined_slots.reshape(-1, 3)[: len(slots)] = slots
             mined_rows.reshape(-1, 3, width)[: len(found)] = found
         rates = np.array([step.step_size(self._scheduled + k) for k in range(n)])
-        for target, value in (
-            (self.new, new),
-            (self.replay_slot, draws),
-            (self.replay_valid, np.broadcast_to((held > 0)[:, None], draws.shape)),
-            (self.mined, mined_rows),
-            (self.mined_valid, mined_slots[..., 0] >= 0),
-            (self.insert_slot, insert),
-            (self.learning_rate, rates.astype(np.float32)),
-        ):
-            target[:n].copy_(torch.from_numpy(np.array(value)).to(self.device), True)
+        values = (
+            new,
+            draws,
+            (held > 0)[:, None],
+            mined_rows,
+            mined_slots[..., 0] >= 0,
+            insert,
+            rates,
+        )
+        # Through host buffers (pinned on CUDA): a copy from pageable memory would first wait
+        # for the block in flight, and the host could not prepare the next one meanwhile.
+        staged = self._staging.next()
+        for target, host, value in zip(self._inputs(), staged, values, strict=True):
+            host[:n].numpy()[...] = value
+            target[:n].copy_(host[:n], non_blocking=True)
         self.counter.zero_()
         self._run(n)
         self._held = min(self._held + n, self.capacity)
@@ -297,16 +311,15 @@ class DeviceResidentSteps:
         outputs = [
             t if name in _Outcomes.whole else t[:n] for name, t in zip(names, outputs, strict=True)
         ]
-        if not self.capture:
-            return _Outcomes([t.clone() for t in outputs], None)
-        # Two sets of host buffers: a block's copies land while the one before is applied.
-        pinned = self._pinned[self._flip]
-        self._flip ^= 1
-        copies = [p[: t.shape[0]] for p, t in zip(pinned, outputs, strict=True)]
+        copies = [
+            host[: t.shape[0]] for host, t in zip(self._returned.next(), outputs, strict=True)
+        ]
         for copy, t in zip(copies, outputs, strict=True):
             copy.copy_(t, non_blocking=True)
-        done = torch.cuda.Event()
-        done.record()
+        done = None
+        if self.capture:
+            done = torch.cuda.Event()
+            done.record()
         return _Outcomes(copies, done)
 
     def _apply(self, block: _Block) -> StepResult:
@@ -314,12 +327,16 @@ class DeviceResidentSteps:
         replay reservoir's host copy, the constraint graph, the prequential record, α, the
         last losses and the step-size clock."""
         step = self.step
-        out = block.outcomes.wait()
-        ok, used, correct, combined, fresh, mined, alpha, losses = out
-        correct, combined = correct[ok], combined[ok]
-        step.alpha = step.per_depth(torch.from_numpy(alpha.copy()).to(self.device))
-        step.last_losses = step.per_depth(torch.from_numpy(losses.copy()).to(self.device))
+        copies = block.outcomes.wait()
+        ok, used, correct, combined, fresh, mined, alpha, _ = (t.numpy() for t in copies)
+        correct, combined, used = correct[ok], combined[ok], used.copy()
+        # New tensors (the host buffers take a later block's outcomes), copied without waiting
+        # for the block in flight.
+        step.alpha, step.last_losses = (
+            step.per_depth(t.to(self.device, non_blocking=True, copy=True)) for t in copies[-2:]
+        )
         self._given = (step.alpha, step.last_losses)
+        self._alpha = alpha.astype(np.float64)  # mining's ranks, without reading the device
         self._mirror(block.new[ok], block.insert[ok], bool(ok.all()))
         if self.n_mined:
             slots, keys = block.mined_slots[ok].reshape(-1, 3), block.mined_keys[ok].reshape(-1, 3)
@@ -450,10 +467,28 @@ class _Outcomes:
         self.copies = copies
         self.done = done
 
-    def wait(self) -> list[np.ndarray]:
+    def wait(self) -> list[torch.Tensor]:
         if self.done is not None:
             self.done.synchronize()
-        return [t.numpy() for t in self.copies]
+        return self.copies
+
+
+class _HostBuffers:
+    """Two sets of host tensors shaped as some device tensors, used in turn, so that a block's
+    set is written while the block before it, with the other set, is still in flight. Pinned
+    on CUDA: copies to and from pinned memory run behind the stream's work instead of waiting
+    for it."""
+
+    def __init__(self, like: list[torch.Tensor], pinned: bool) -> None:
+        self.sets = [
+            [torch.empty(t.shape, dtype=t.dtype, pin_memory=pinned) for t in like] for _ in range(2)
+        ]
+        self.turn = 0
+
+    def next(self) -> list[torch.Tensor]:
+        chosen = self.sets[self.turn]
+        self.turn ^= 1
+        return chosen
 
 
 class _Block(NamedTuple):
