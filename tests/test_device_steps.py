@@ -206,3 +206,19 @@ def test_a_drift_inside_a_call_drains_the_block_in_flight():
         replay.rows[: replay.size], model.device_steps.reservoir[: replay.size].numpy()
     )
     np.testing.assert_allclose(model.alpha, model.device_steps.alpha.numpy(), rtol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_same_seed_gives_the_same_model_on_cuda():
+    # Fixed shapes: the same cuBLAS GEMMs and Triton kernels (fixed reduction orders, no
+    # atomics), replayed from the same graphs.
+    rows = _triplets(300)
+    first, second = (
+        OAHU(D, hidden_width=16, preprocess="none", device="cuda", device_block=64)
+        for _ in range(2)
+    )
+    _learn(first, rows)
+    _learn(second, rows)
+    for name, a in first.network.tensors().items():
+        assert torch.equal(a, second.network.tensors()[name]), name
+    np.testing.assert_array_equal(first.alpha, second.alpha)

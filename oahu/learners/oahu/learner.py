@@ -183,11 +183,16 @@ class OAHU(Learner):
         )
         self._watch_for_drift(self.config.drift_detector)
         self._adaptation = adaptation_steps(self.config.drift_adaptation)
-        self.device_steps = (
-            DeviceResidentSteps(self.update_step, self.config.device_block)
-            if self._steps_on_device()
-            else None
-        )
+        self._device_steps: DeviceResidentSteps | None = None
+
+    @property
+    def device_steps(self) -> DeviceResidentSteps | None:
+        """The device-resident strict updates, when they are on (``_steps_on_device``): made at
+        first use, so that a model that only answers queries (a serving snapshot) holds none of
+        their buffers."""
+        if self._device_steps is None and self._steps_on_device():
+            self._device_steps = DeviceResidentSteps(self.update_step, self.config.device_block)
+        return self._device_steps
 
     def _steps_on_device(self) -> bool:
         """Whether strict updates of triplets run as device-resident blocks: as
