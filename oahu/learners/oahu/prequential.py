@@ -5,8 +5,13 @@ closer to the anchor than the negative) or not; so does the α-combined metric, 
 Σ_l α(l) D(l) (the verification score of Eq. 26). Averaged over a rolling window of recent
 constraints this is an unbiased, always-current estimate of how well the model ranks constraints
 it has not learned yet, which is what an operator watches to know the model is getting better
-(docs/algorithms.md, "Prequential accuracy"). The rolling means are river's
-(``river.utils.Rolling`` over ``river.metrics.Accuracy``).
+(docs/algorithms.md, "Prequential accuracy").
+
+The window is a ring buffer of outcomes, one column per depth and one for the combined metric,
+written a block at a time: an update of B constraints records them with a few array operations
+rather than one rolling mean per outcome (river's ``utils.Rolling``, which this replaces, cost a
+micro-batch 6% of its time in Python calls). The means are the same: the share of right
+rankings among the window's outcomes.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from river import metrics, utils
 
 
 class PrequentialAccuracy:
@@ -28,50 +32,78 @@ class PrequentialAccuracy:
 
     def __init__(self, n_depths: int, window: int) -> None:
         self.window = window
-        self._depths = [self._rolling() for _ in range(n_depths)]
-        self._combined = self._rolling()
+        self.n_depths = n_depths
+        # Columns: the depths, then the combined metric; a ring of ``window`` rows.
+        self._outcomes = np.zeros((window, n_depths + 1), dtype=bool)
+        self._right = np.zeros(n_depths + 1, dtype=np.int64)  # right rankings in the window
+        self._count = 0  # outcomes in the window
+        self._next = 0  # the row the next outcome takes
         self.seen = 0  # constraints ranked so far
-
-    def _rolling(self) -> utils.Rolling:
-        return utils.Rolling(metrics.Accuracy, window_size=self.window)
 
     def update(self, depth_correct: np.ndarray, combined_correct: np.ndarray) -> None:
         """Record constraints in stream order: ``depth_correct`` (n, n_depths) and
         ``combined_correct`` (n,), True where the metric ranked the constraint right."""
-        for row, combined in zip(depth_correct.tolist(), combined_correct.tolist(), strict=True):
-            for rolling, correct in zip(self._depths, row, strict=True):
-                rolling.update(True, correct)
-            self._combined.update(True, combined)
-        self.seen += len(combined_correct)
+        n = len(combined_correct)
+        self.seen += n
+        if n:
+            depths = np.asarray(depth_correct, bool).reshape(n, -1)
+            self._record(np.concatenate([depths, np.asarray(combined_correct, bool)[:, None]], 1))
+
+    def _record(self, block: np.ndarray) -> None:
+        n, window = len(block), self.window
+        if n >= window:  # the block replaces the whole window: its last rows, oldest first
+            self._outcomes[:] = block[n - window :]
+            self._right = self._outcomes.sum(0)
+            self._count, self._next = window, 0
+            return
+        order = np.arange(n)
+        rows = (self._next + order) % window
+        # The rows already holding an outcome: it leaves the window.
+        full = self._count + order >= window
+        self._right -= self._outcomes[rows[full]].sum(0)
+        self._outcomes[rows] = block
+        self._right += block.sum(0)
+        self._count = min(window, self._count + n)
+        self._next = (self._next + n) % window
+
+    def _accuracy(self, column: int) -> float:
+        return float(self._right[column] / self._count) if self._count else 0.0
 
     @property
     def combined(self) -> float:
         """Accuracy of the α-combined metric over the window (0.0 before any constraint)."""
-        return float(self._combined.get())
+        return self._accuracy(self.n_depths)
 
     @property
     def per_depth(self) -> list[float]:
         """Accuracy of each depth over the window."""
-        return [float(rolling.get()) for rolling in self._depths]
+        return [self._accuracy(column) for column in range(self.n_depths)]
 
     def get_state(self) -> dict[str, Any]:
         # The windows' contents, oldest first: replaying them rebuilds the rolling means exactly.
+        oldest_first = self._outcomes[
+            (self._next - self._count + np.arange(self._count)) % self.window
+        ]
         return {
-            "depths": [[args[1] for args, _ in rolling.window] for rolling in self._depths],
-            "combined": [args[1] for args, _ in self._combined.window],
+            "depths": [oldest_first[:, column].tolist() for column in range(self.n_depths)],
+            "combined": oldest_first[:, self.n_depths].tolist(),
             "seen": self.seen,
         }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        if len(state["depths"]) != len(self._depths):
+        if len(state["depths"]) != self.n_depths:
             raise ValueError(
-                f"prequential: expected {len(self._depths)} depths, got {len(state['depths'])}"
+                f"prequential: expected {self.n_depths} depths, got {len(state['depths'])}"
             )
-        self._depths = [self._rolling() for _ in self._depths]
-        self._combined = self._rolling()
-        for rolling, outcomes in zip(self._depths, state["depths"], strict=True):
-            for correct in outcomes:
-                rolling.update(True, bool(correct))
-        for correct in state["combined"]:
-            self._combined.update(True, bool(correct))
+        columns = [*state["depths"], state["combined"]]
+        held = len(state["combined"])
+        if any(len(column) != held for column in columns):
+            raise ValueError(
+                f"prequential: every depth's window must hold {held} outcomes, as the combined one"
+            )
+        self._outcomes[:] = False
+        self._right[:] = 0
+        self._count = self._next = 0
+        if held:
+            self._record(np.array(columns, dtype=bool).reshape(self.n_depths + 1, held).T)
         self.seen = int(state["seen"])
