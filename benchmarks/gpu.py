@@ -334,6 +334,7 @@ def count_events(events: Any, per: int) -> dict[str, Any]:
     kernels = copies = launches = graph_launches = syncs = 0
     kernel_us = copy_us = 0.0
     names: dict[str, int] = {}
+    times: dict[str, float] = {}  # each kernel's device time, to see which ones to fuse or avoid
     for event in events:
         if event.device_type == DeviceType.CUDA:
             elapsed = event.time_range.elapsed_us()
@@ -344,6 +345,7 @@ def count_events(events: Any, per: int) -> dict[str, Any]:
                 kernels += 1
                 kernel_us += elapsed
                 names[event.name] = names.get(event.name, 0) + 1
+                times[event.name] = times.get(event.name, 0.0) + elapsed
         elif event.name in CUDA_LAUNCHES:
             launches += 1
         elif event.name == "cudaGraphLaunch":
@@ -359,6 +361,9 @@ def count_events(events: Any, per: int) -> dict[str, Any]:
         "kernel_us_per_update": kernel_us / per,
         "copy_us_per_update": copy_us / per,
         "top_kernels": dict(sorted(names.items(), key=lambda kv: -kv[1])[:15]),
+        "kernel_us_per_update_by_name": {
+            name: us / per for name, us in sorted(times.items(), key=lambda kv: -kv[1])[:15]
+        },
     }
 
 
