@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from oahu.checks import check_int, check_number
+from oahu.generator_state import generator_state, restore_generator
 from oahu.learner import Capabilities, Diagnostic, MetricKind
 from oahu.learners.cross_modal.codes import BinaryCodes
 from oahu.learners.oahu.config import OAHUConfig
@@ -457,7 +458,7 @@ class CrossModalOAHU:
                 }
                 for items, mods, similar in self._memory
             ]
-            state["rng"] = self._rng.bit_generator.state
+            state["rng"] = generator_state(self._rng)
         return state
 
     @classmethod
@@ -496,7 +497,7 @@ class CrossModalOAHU:
             for held in state.get("memory", [])
         ]
         if "rng" in state:
-            self._rng.bit_generator.state = state["rng"]
+            restore_generator(self._rng, state["rng"])
 
     # ------------------------------------------------------------------ report
     @property

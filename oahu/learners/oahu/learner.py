@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from sklearn.decomposition import PCA
 
+from oahu.generator_state import generator_state, restore_generator
 from oahu.learner import Capabilities, Diagnostic, Learner
 from oahu.learners.oahu.combine import combinable_values, set_combinable_values
 from oahu.learners.oahu.config import PRESETS, OAHUConfig, adaptation_steps
@@ -436,7 +437,7 @@ class OAHU(Learner):
         step = self.update_step
         return {
             **self._query_state(),
-            "rng": _rng_state(self._rng),
+            "rng": generator_state(self._rng),
             "replay": step.replay.get_state(),
             "replay_quadruplets": None
             if step.replay_quadruplets is None
@@ -474,7 +475,7 @@ class OAHU(Learner):
         step.decay_origin = int(state.get("decay_origin", 0))
         step.learning_rate = step.step_size()
         if "rng" in state:
-            self._rng.bit_generator.state = _rng_from_state(state["rng"])
+            restore_generator(self._rng, state["rng"])
         if "replay" in state:
             step.replay.set_state(state["replay"])
         step.replay_quadruplets = None
@@ -490,25 +491,3 @@ class OAHU(Learner):
 
 def _as_tensor(a: Any) -> torch.Tensor:
     return torch.from_numpy(a) if isinstance(a, np.ndarray) else a
-
-
-def _rng_state(rng: np.random.Generator) -> dict[str, Any]:
-    """A numpy generator's state as checkpointable plain values (its 128-bit integers as
-    strings, which ``torch.load(weights_only=True)`` reads back)."""
-    state = rng.bit_generator.state
-    return {
-        "bit_generator": state["bit_generator"],
-        "state": str(state["state"]["state"]),
-        "inc": str(state["state"]["inc"]),
-        "has_uint32": int(state["has_uint32"]),
-        "uinteger": int(state["uinteger"]),
-    }
-
-
-def _rng_from_state(saved: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "bit_generator": saved["bit_generator"],
-        "state": {"state": int(saved["state"]), "inc": int(saved["inc"])},
-        "has_uint32": saved["has_uint32"],
-        "uinteger": saved["uinteger"],
-    }
