@@ -211,7 +211,7 @@ class OAHUConfig:
                 f"head0_components: must be <= embedding_dim ({self.embedding_dim}), "
                 f"got {self.head0_components}"
             )
-        if self.step_engine == "device" and (self.batch_size > 1 or self.self_paced):
+        if self.step_engine == "device" and not self.fits_device_steps:
             raise ValueError(
                 "step_engine: 'device' runs strict updates without self-paced learning; got "
                 f"batch_size={self.batch_size}, self_paced={self.self_paced}"
@@ -222,6 +222,12 @@ class OAHUConfig:
             raise ValueError(
                 f"device: must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {self.device!r}"
             )
+
+    @property
+    def fits_device_steps(self) -> bool:
+        """Whether device-resident steps can learn as this configuration says: strict updates,
+        and no self-paced learning (which decides per constraint on the host)."""
+        return self.batch_size == 1 and not self.self_paced
 
     @property
     def n_depths(self) -> int:

@@ -29,6 +29,7 @@ learned before), so that the staleness stays a small share of what the graph kno
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -37,6 +38,7 @@ import numpy as np
 import torch
 
 from oahu.learners.oahu.hedge import hedge_update
+from oahu.learners.oahu.host_transfers import HostBuffers, InFlight
 from oahu.learners.oahu.loss import constraint_distances, embedding_gradient
 from oahu.learners.oahu.update import StepResult
 from oahu.threads import torch_threads
@@ -53,6 +55,18 @@ UPDATES_PER_GRAPH = 8
 # arithmetic: an update was 35 kernels on an H100, 8 of them GEMMs (benchmarks/README.md,
 # "On CUDA"), where its operations number about 110.
 COMPILE_UPDATE = True
+# A block's outcomes, read back once it is done: per update, then α and the last losses as the
+# block leaves them (the last two).
+_OUTCOMES = (
+    "ok",
+    "used",
+    "correct",
+    "combined",
+    "fresh",
+    "mined_embeddings",
+    "alpha",
+    "last_losses",
+)
 # A block learns at most this share of the constraints learned before it (and at least
 # UPDATES_PER_GRAPH): its mining sees the graph as the block started.
 _BLOCK_SHARE = 4
@@ -86,7 +100,7 @@ class DeviceResidentSteps:
         depths, dim = step.n_depths, network.embedding_dim
         self.n_replay, self.n_mined = config.replay, config.mined
         self.capacity = config.replay_memory
-        zeros = _Zeros(self.device)
+        zeros = functools.partial(torch.zeros, device=self.device)
         # Inputs of a block, one row per update.
         self.new = zeros(block, 3, width)
         self.replay_slot = zeros(block, self.n_replay, dtype=torch.long)
@@ -99,7 +113,7 @@ class DeviceResidentSteps:
         self.reservoir = zeros(self.capacity + 1, 3, width)
         self.alpha = zeros(depths)
         self.last_losses = zeros(depths)
-        self.counter = zeros(dtype=torch.long)
+        self.counter = zeros((), dtype=torch.long)
         # Outputs of a block, read back once it is done.
         self.ok = zeros(block, dtype=torch.bool)
         self.used = zeros(block, dtype=torch.bool)
@@ -115,9 +129,9 @@ class DeviceResidentSteps:
         # counts with the blocks launched (ahead of the host's while one is in flight).
         self._given: tuple[Any, Any] = (None, None)
         self._held = self._seen = self._scheduled = 0
-        self._alpha = np.zeros(depths)  # the host's α, as mining ranks by it
-        self._staging = _HostBuffers(self._inputs(), pinned=self.capture)
-        self._returned = _HostBuffers(self._outputs(), pinned=self.capture)
+        self._mining_alpha = np.zeros(depths)  # the host's α, which mining ranks by
+        self._staging = HostBuffers(self._inputs(), pinned=self.capture)
+        self._returned = HostBuffers(self._outputs(), pinned=self.capture)
 
     def _inputs(self) -> list[torch.Tensor]:
         """A block's inputs, in the order :meth:`_launch` fills them."""
@@ -132,7 +146,7 @@ class DeviceResidentSteps:
         ]
 
     def _outputs(self) -> list[torch.Tensor]:
-        return [getattr(self, name) for name in _Outcomes.names]
+        return [getattr(self, name) for name in _OUTCOMES]
 
     # ---------------------------------------------------------------- one update
     def update(self) -> None:
@@ -166,7 +180,7 @@ class DeviceResidentSteps:
         correct = d_pos[:, 0] < d_neg[:, 0]
         combined = (alpha * (d_neg[:, 0] - d_pos[:, 0])).sum() > 0
         mistakes = (1.0 - correct.float())[:, None]
-        weights = alpha if step.config.depth_weighting == "alpha" else 1.0 / step.n_depths
+        weights = step.depth_weights(alpha)
         # The mean over the valid rows, as the per-update step takes it over the rows it has,
         # with the step size folded into the gradient (every parameter's gradient is linear in
         # it), so that it is read from the block rather than captured as a constant.
@@ -247,10 +261,11 @@ class DeviceResidentSteps:
             self.reservoir.zero_()
             self.reservoir[: replay.size].copy_(torch.from_numpy(replay.rows[: replay.size]))
             self._mirrored = (id(replay), replay.revision)
-        self.alpha.copy_(torch.as_tensor(_host(step.alpha), device=device))
-        self.last_losses.copy_(torch.as_tensor(_host(step.last_losses), device=device))
+        alpha = step.as_numpy(step.alpha)
+        self.alpha.copy_(torch.as_tensor(alpha, device=device))
+        self.last_losses.copy_(torch.as_tensor(step.as_numpy(step.last_losses), device=device))
         self._given = (step.alpha, step.last_losses)
-        self._alpha = np.asarray(_host(step.alpha), np.float64)
+        self._mining_alpha = np.asarray(alpha, np.float64)
         self._held, self._seen = replay.size, replay.seen
         self._scheduled = step.learned
 
@@ -271,25 +286,14 @@ class DeviceResidentSteps:
         mined_rows = np.zeros((n, self.n_mined, 3, width), np.float32)
         graph = step.graph
         if self.n_mined:
-            found, slots = graph.take(self.n_mined * n, self._alpha, config.mining_candidates)
+            wanted, alpha = self.n_mined * n, self._mining_alpha
+            found, slots = graph.take(wanted, alpha, config.mining_candidates)
             mined_slots.reshape(-1, 3)[: len(slots)] = slots
             mined_rows.reshape(-1, 3, width)[: len(found)] = found
         rates = np.array([step.step_size(self._scheduled + k) for k in range(n)])
-        values = (
-            new,
-            draws,
-            (held > 0)[:, None],
-            mined_rows,
-            mined_slots[..., 0] >= 0,
-            insert,
-            rates,
-        )
-        # Through host buffers (pinned on CUDA): a copy from pageable memory would first wait
-        # for the block in flight, and the host could not prepare the next one meanwhile.
-        staged = self._staging.next()
-        for target, host, value in zip(self._inputs(), staged, values, strict=True):
-            host[:n].numpy()[...] = value
-            target[:n].copy_(host[:n], non_blocking=True)
+        # In the order of _inputs, through pinned buffers on CUDA (host_transfers).
+        values = [new, draws, (held > 0)[:, None], mined_rows, mined_slots[..., 0] >= 0, insert]
+        self._staging.upload(self._inputs(), [*values, rates], n)
         self.counter.zero_()
         self._run(n)
         self._held = min(self._held + n, self.capacity)
@@ -305,24 +309,12 @@ class DeviceResidentSteps:
             self._outcomes(n),
         )
 
-    def _outcomes(self, n: int) -> _Outcomes:
-        """Copies of the block's outcomes on the host, queued behind its updates (into pinned
-        memory on CUDA, so that they do not wait for the host), with an event to wait on."""
-        names = _Outcomes.names
+    def _outcomes(self, n: int) -> InFlight:
+        """Copies of the block's outcomes on the host, queued behind its updates: the first n
+        of each per-update output, α and the last losses as the block leaves them."""
         outputs = self._outputs()
-        outputs = [
-            t if name in _Outcomes.whole else t[:n] for name, t in zip(names, outputs, strict=True)
-        ]
-        copies = [
-            host[: t.shape[0]] for host, t in zip(self._returned.next(), outputs, strict=True)
-        ]
-        for copy, t in zip(copies, outputs, strict=True):
-            copy.copy_(t, non_blocking=True)
-        done = None
-        if self.capture:
-            done = torch.cuda.Event()
-            done.record()
-        return _Outcomes(copies, done)
+        per_update = len(_OUTCOMES) - 2
+        return self._returned.download([t[:n] for t in outputs[:per_update]] + outputs[per_update:])
 
     def _apply(self, block: _Block) -> StepResult:
         """Wait for a launched block and apply its outcomes on the host, in stream order: the
@@ -338,7 +330,7 @@ class DeviceResidentSteps:
             step.per_depth(t.to(self.device, non_blocking=True, copy=True)) for t in copies[-2:]
         )
         self._given = (step.alpha, step.last_losses)
-        self._alpha = alpha.astype(np.float64)  # mining's ranks, without reading the device
+        self._mining_alpha = alpha.astype(np.float64)  # without reading the device
         self._mirror(block.new[ok], block.insert[ok], bool(ok.all()))
         if self.n_mined:
             slots, keys = block.mined_slots[ok].reshape(-1, 3), block.mined_keys[ok].reshape(-1, 3)
@@ -449,50 +441,6 @@ class DeviceResidentSteps:
         ]
 
 
-class _Outcomes:
-    """A block's outcomes on their way to the host: the copies, and the event after which
-    they are there (None: copied already)."""
-
-    names = (
-        "ok",
-        "used",
-        "correct",
-        "combined",
-        "fresh",
-        "mined_embeddings",
-        "alpha",
-        "last_losses",
-    )
-    whole = frozenset({"alpha", "last_losses"})  # as they are after the block, not per update
-
-    def __init__(self, copies: list[torch.Tensor], done: torch.cuda.Event | None) -> None:
-        self.copies = copies
-        self.done = done
-
-    def wait(self) -> list[torch.Tensor]:
-        if self.done is not None:
-            self.done.synchronize()
-        return self.copies
-
-
-class _HostBuffers:
-    """Two sets of host tensors shaped as some device tensors, used in turn, so that a block's
-    set is written while the block before it, with the other set, is still in flight. Pinned
-    on CUDA: copies to and from pinned memory run behind the stream's work instead of waiting
-    for it."""
-
-    def __init__(self, like: list[torch.Tensor], pinned: bool) -> None:
-        self.sets = [
-            [torch.empty(t.shape, dtype=t.dtype, pin_memory=pinned) for t in like] for _ in range(2)
-        ]
-        self.turn = 0
-
-    def next(self) -> list[torch.Tensor]:
-        chosen = self.sets[self.turn]
-        self.turn ^= 1
-        return chosen
-
-
 class _Block(NamedTuple):
     """What the host keeps of a launched block until it applies the block's outcomes."""
 
@@ -502,11 +450,7 @@ class _Block(NamedTuple):
     rates: np.ndarray  # the step size of each update
     mined_slots: np.ndarray  # (n, mined, 3) graph slots of its mined triplets, -1: none
     mined_keys: np.ndarray  # the items in those slots then
-    outcomes: _Outcomes
-
-
-def _host(a: Any) -> np.ndarray:
-    return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    outcomes: InFlight
 
 
 def _finite_or_zero(cache: Any, ok: torch.Tensor) -> Any:
@@ -516,13 +460,3 @@ def _finite_or_zero(cache: Any, ok: torch.Tensor) -> Any:
         torch.where(ok, t, 0.0) for t in (cache.x, cache.hidden, cache.embeddings)
     )
     return type(cache)(x, hidden, torch.where(ok, cache.norms, 1.0), embeddings)
-
-
-class _Zeros:
-    """Zero tensors on one device, float32 unless told."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-
-    def __call__(self, *shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        return torch.zeros(shape, dtype=dtype, device=self.device)

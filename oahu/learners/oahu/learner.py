@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar, Literal
 
@@ -197,11 +198,10 @@ class OAHU(Learner):
 
     def _steps_on_device(self) -> bool:
         """Whether strict updates of triplets run as device-resident blocks: as
-        ``step_engine`` says, "auto" on a GPU for a strict learner without self-paced
-        learning (which decides per constraint on the host)."""
+        ``step_engine`` says, "auto" on a GPU where the configuration fits them."""
         c = self.config
         if c.step_engine == "auto":
-            return self.device.type != "cpu" and c.batch_size == 1 and not c.self_paced
+            return self.device.type != "cpu" and c.fits_device_steps
         return c.step_engine == "device"
 
     @classmethod
@@ -323,22 +323,23 @@ class OAHU(Learner):
                 "items (e.g. the development split) before the first constraint"
             )
         used = np.zeros(len(rows), dtype=bool)
-        step = self.update_step
-        start = 0
+        device_steps = self.device_steps if kind == "triplet" else None
         # Overflow is expected on hostile input and handled (the row is skipped and counted).
         with self._step_threads(), np.errstate(over="ignore", invalid="ignore"):
-            if self.device_steps is not None and kind == "triplet":
-                for first, result in self.device_steps.learn(rows):
-                    used[first : first + len(result.used)] = result.used
-                    self._account(result)
-                return used
-            while start < len(rows):
-                stop = start + self._update_size()
-                result = step(rows[start:stop])
-                used[start : start + len(result.used)] = result.used
-                self._account(result)
-                start = stop
+            updates = self._updates(rows) if device_steps is None else device_steps.learn(rows)
+            for first, result in updates:
+                used[first : first + len(result.used)] = result.used
+                self._account(result)  # before the next update: a drift adapts in between
         return used
+
+    def _updates(self, rows: np.ndarray) -> Iterator[tuple[int, StepResult]]:
+        """One update after the other (:class:`UpdateStep`), each of :meth:`_update_size`, with
+        the first row of each."""
+        start = 0
+        while start < len(rows):
+            stop = start + self._update_size()
+            yield start, self.update_step(rows[start:stop])
+            start = stop
 
     def _update_size(self) -> int:
         """New constraints the next update takes: ``batch_size``, but at most a

@@ -131,6 +131,11 @@ class UpdateStep:
         depths = self.n_depths
         return self.per_depth(torch.full((depths,), 1.0 / depths, device=self.network.device))
 
+    def depth_weights(self, alpha: Array) -> Array | float:
+        """How the gradient weighs each depth's loss: by ``alpha`` (Eq. 21-22) or uniformly
+        (ours), as ``depth_weighting`` says."""
+        return alpha if self.config.depth_weighting == "alpha" else 1.0 / self.n_depths
+
     @staticmethod
     def as_numpy(a: Any) -> np.ndarray:
         return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
@@ -156,8 +161,7 @@ class UpdateStep:
             # be now, the update goes on without them rather than retrying.
             return self.finite_only(block, self.as_numpy(finite[:n_new]))
         correct, combined = self.score(d_pos[:, :n_new], d_neg[:, :n_new])
-        # How the step weighs each depth's loss: by α (Eq. 21-22) or uniformly (ours).
-        weights = self.alpha if self.config.depth_weighting == "alpha" else 1.0 / self.n_depths
+        weights = self.depth_weights(self.alpha)
         kept = None
         if self.pacer is not None:
             kept = self.pace(loss, weights, f, n_new)
