@@ -97,6 +97,8 @@ class Capabilities:
     several processes needs (:mod:`oahu.service.group`). ``cross_modal``: its items belong to
     modalities, each with its own input dimension, and it learns a constraint with the modality
     of each item (``CrossModalOAHU.learn_pair`` and ``learn_triplet``), not through ``learn``.
+    ``torch_device``: it computes on the torch device its ``device`` parameter names (``"auto"``:
+    a GPU where there is one), so that what serves its embeddings can search there too.
 
     >>> caps = Capabilities(constraint_kinds=("pair", "triplet"))
     >>> caps.protocol_kind, caps.learns("triplet"), caps.learns("quadruplet")
@@ -109,6 +111,7 @@ class Capabilities:
     detects_drift: bool = False
     combines_parameters: bool = False
     cross_modal: bool = False
+    torch_device: bool = False
 
     def __post_init__(self) -> None:
         unknown = set(self.constraint_kinds) - set(_LEARN_HOOKS)

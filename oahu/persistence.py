@@ -56,7 +56,7 @@ def learner_from_state(state: dict[str, Any], device: str | None = None) -> Lear
         return cross_modal_class(state["learner"]).from_state(state)
     cls = learner_class(state["learner"])
     params = cls.migrate_params(state["params"])
-    if device is not None and "device" in params:
+    if device is not None and cls.capabilities.torch_device:
         params["device"] = device
     learner = cls(n_features=state["n_features"], **params)
     learner.set_state(state)

@@ -96,6 +96,16 @@ def test_learning_from_samples_only_where_declared(name):
 
 
 @pytest.mark.parametrize("name", LEARNER_NAMES)
+def test_a_torch_device_only_where_declared(name):
+    # Serving searches on the learner's device, and a restored model moves to another one, by
+    # this declaration: a learner declaring it takes a device and computes there.
+    cls = learner_class(name)
+    assert ("device" in cls.param_names()) == cls.capabilities.torch_device
+    if cls.capabilities.torch_device:
+        assert str(build(name, device="cpu").device) == "cpu"
+
+
+@pytest.mark.parametrize("name", LEARNER_NAMES)
 def test_diagnostics_report_what_is_declared(name):
     learner = build(name)
     feed(learner, random_stream(20, seed=3))

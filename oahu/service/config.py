@@ -321,7 +321,7 @@ class ServiceConfig:
         """
         from oahu.registry import learner_class
 
-        if self.index != "exact" or "device" not in learner_class(self.learner).param_names():
+        if self.index != "exact" or not learner_class(self.learner).capabilities.torch_device:
             return "cpu"  # faiss's index, or a learner without a torch device (on the CPU)
         from oahu.learners.oahu.device import resolve_device
 

@@ -120,6 +120,7 @@ class OAHU(Learner):
         constraint_kinds=("triplet", "quadruplet"),
         detects_drift=True,
         combines_parameters=True,
+        torch_device=True,
         diagnostics=(
             Diagnostic(
                 "prequential_accuracy",
