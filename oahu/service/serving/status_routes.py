@@ -71,9 +71,7 @@ def add_status_routes(app: FastAPI, view: ServiceView) -> None:
         responses={503: {"description": "not ready: see causes, checks and snapshot_error"}},
     )
     def readyz() -> JSONResponse:
-        causes = view.readiness()
-        ok = all(cause is None for cause in causes.values())
-        view.metrics.ready.set(1 if ok else 0)
+        ok, causes = _readiness(view)
         body = {
             "ready": ok,
             "checks": {name: cause is None for name, cause in causes.items()},
@@ -85,6 +83,15 @@ def add_status_routes(app: FastAPI, view: ServiceView) -> None:
 
     @app.get("/metrics", summary="Prometheus metrics", include_in_schema=False)
     def metrics() -> Response:
-        view.metrics.ready.set(1 if all(c is None for c in view.readiness().values()) else 0)
+        _readiness(view)
         view.metrics.store_items.set(len(view.catalog.items))
         return Response(view.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+
+def _readiness(view: ServiceView) -> tuple[bool, dict[str, Any]]:
+    """Whether the service is ready, and each check's cause of not being so (None: passed),
+    with the ready gauge set to say the same."""
+    causes = view.readiness()
+    ok = all(cause is None for cause in causes.values())
+    view.metrics.ready.set(1 if ok else 0)
+    return ok, causes
