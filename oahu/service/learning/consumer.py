@@ -269,10 +269,7 @@ class ConsumerLoop:
         assert isinstance(self.catalog, ModalCatalog)
         started = time.perf_counter()
         out = learn_cross_modal(self.learner, batch, self.catalog.items)  # type: ignore[arg-type]
-        if out.learned:
-            self.metrics.update_seconds.observe((time.perf_counter() - started) / out.learned)
-        self.metrics.learned.inc(out.learned)
-        self.metrics.used.inc(out.used)
+        self._count(out.learned, out.learned, out.used, time.perf_counter() - started)
         errors.extend(out.errors)
         return [DeadLetter.of(records[i], reason, detail) for i, reason, detail in out.refused]
 
@@ -305,12 +302,19 @@ class ConsumerLoop:
         seen, skipped = learner.constraints_learned, Counter(learner.skipped)
         started = time.perf_counter()
         used = learner.learn(batch.kind, batch.x, batch.similar)
-        self.metrics.update_seconds.observe((time.perf_counter() - started) / len(batch))
-        self.metrics.learned.inc(learner.constraints_learned - seen)
-        self.metrics.used.inc(int(np.count_nonzero(used)))
+        learned = learner.constraints_learned - seen
+        self._count(len(batch), learned, int(np.count_nonzero(used)), time.perf_counter() - started)
         for reason, count in (learner.skipped - skipped).items():
             self.metrics.skipped.labels(reason=reason).inc(count)
         return []
+
+    def _count(self, offered: int, learned: int, used: int, seconds: float) -> None:
+        """Count what one learn call did: the seconds per constraint it was given, the
+        constraints learned and those that changed the model."""
+        if offered:
+            self.metrics.update_seconds.observe(seconds / offered)
+        self.metrics.learned.inc(learned)
+        self.metrics.used.inc(used)
 
     def _rewind(self, ranges: Ranges, exc: BaseException) -> None:
         """After an error while learning the records in ``ranges``: the learner may hold part
