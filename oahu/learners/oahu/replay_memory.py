@@ -79,12 +79,12 @@ class ReplayReservoir:
         ([6.0, 3.0], 2, 4)
         """
         self.revision += 1
-        for constraint, slot in zip(constraints, slots.tolist(), strict=True):
-            if self.size < self.capacity:
-                self.rows[self.size] = constraint
-                self.size += 1
-            elif slot < self.capacity:
-                self.rows[slot] = constraint
+        fill = min(len(constraints), self.capacity - self.size)
+        self.rows[self.size : self.size + fill] = constraints[:fill]
+        self.size += fill
+        keep = slots[fill:] < self.capacity
+        # Duplicate slots: numpy assigns in order, so the later constraint wins, as in sequence.
+        self.rows[slots[fill:][keep]] = constraints[fill:][keep]
         self.seen += len(constraints)
 
     def sample(self, k: int) -> np.ndarray:
