@@ -40,21 +40,25 @@ def _learn(model: OAHU, rows: np.ndarray) -> np.ndarray:
     return model.learn_triplets(rows[:, 0], rows[:, 1], rows[:, 2])
 
 
-def test_without_memories_it_is_the_per_update_step():
-    # No replay and no mining: nothing is drawn or mined ahead, so a block of strict updates
-    # is the per-update step's sequence of updates, up to float rounding.
-    rows = _triplets(300)
-    plain = dict(replay=0, mined=0, drift_detector="none")
+@pytest.mark.parametrize("batch_size", [1, 16])
+def test_without_memories_it_is_the_per_update_step(batch_size):
+    # No replay and no mining: nothing is drawn or mined ahead, so a block of updates (strict,
+    # or micro-batches of the same sizes, trust region and hedge over their columns) is the
+    # per-update step's sequence of updates, up to float rounding.
+    rows = _triplets(600)
+    plain = dict(replay=0, mined=0, drift_detector="none", batch_size=batch_size, batch_ramp=10)
     per_update, device = _model("update", **plain), _model("device", **plain)
     used_a, used_b = _learn(per_update, rows), _learn(device, rows)
     for name, a in per_update.network.tensors().items():
         b = device.network.tensors()[name]
         assert torch.allclose(a, b, atol=2e-5), name
     np.testing.assert_allclose(per_update.alpha, device.alpha, atol=1e-5)
+    np.testing.assert_allclose(per_update.last_losses, device.last_losses, atol=1e-5)
     assert (used_a == used_b).mean() > 0.99
-    assert device.updates == per_update.updates == 300
-    assert device.update_step.learned == 300
-    assert device.prequential.seen == 300
+    assert device.updates == per_update.updates
+    assert (device.updates == 600) == (batch_size == 1)  # else updates of up to 16
+    assert device.update_step.learned == 600
+    assert device.prequential.seen == 600
     assert abs(device.prequential.combined - per_update.prequential.combined) < 0.01
     assert device.update_step.learning_rate == per_update.update_step.learning_rate
 
@@ -145,8 +149,8 @@ def test_quadruplets_take_the_per_update_step():
 def test_engine_is_chosen_by_the_configuration():
     assert OAHU(D, device="cpu").device_steps is None  # "auto" on the CPU: per update
     assert OAHU(D, device="cpu", step_engine="device").device_steps is not None
-    with pytest.raises(ValueError, match="step_engine: 'device' runs strict updates"):
-        OAHUConfig(step_engine="device", batch_size=4)
+    with pytest.raises(ValueError, match="step_engine: .device. runs updates without self-paced"):
+        OAHUConfig(step_engine="device", self_paced=True)
     with pytest.raises(ValueError, match="step_engine"):
         OAHUConfig(step_engine="gpu")
     with pytest.raises(ValueError, match="device_block"):
@@ -161,7 +165,8 @@ def test_paper_preset_runs_on_the_device_engine():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_cuda_graphs_learn_the_cpu_model():
+@pytest.mark.parametrize("batch_size", [1, 16])
+def test_cuda_graphs_learn_the_cpu_model(batch_size):
     rows = _triplets(600)
     models = {}
     for device in ("cpu", "cuda"):
@@ -172,6 +177,8 @@ def test_cuda_graphs_learn_the_cpu_model():
             device=device,
             step_engine="device",
             device_block=64,
+            batch_size=batch_size,
+            batch_ramp=10,
         )
         _learn(models[device], rows)
     cpu, cuda = models["cpu"], models["cuda"]
@@ -180,7 +187,8 @@ def test_cuda_graphs_learn_the_cpu_model():
         b = cuda.network.tensors()[name].cpu()
         assert torch.allclose(a, b, atol=1e-3), (name, float((a - b).abs().max()))
     np.testing.assert_allclose(cpu.alpha, cuda.alpha, atol=1e-3)
-    assert cuda.updates == cpu.updates == 600
+    assert cuda.updates == cpu.updates
+    assert cuda.update_step.learned == cpu.update_step.learned == 600
 
 
 def test_a_drift_inside_a_call_drains_the_block_in_flight():
@@ -222,3 +230,59 @@ def test_the_same_seed_gives_the_same_model_on_cuda():
     for name, a in first.network.tensors().items():
         assert torch.equal(a, second.network.tensors()[name]), name
     np.testing.assert_array_equal(first.alpha, second.alpha)
+
+
+# ---------------------------------------------------------------- micro-batches
+
+
+def test_micro_batches_learn_as_well_as_per_update_ones():
+    # With replay and mining the draws differ (made per block), so compare what was learned:
+    # the rolling prequential accuracy and the held-out ranking accuracy of the metric.
+    rows, held_out = _triplets(3000), _triplets(500, seed=9)
+    config = dict(batch_size=32, batch_ramp=5)
+    accuracies = {}
+    for engine in ("update", "device"):
+        model = _model(engine, **config)
+        _learn(model, rows)
+        a, p, n = (model.embed(held_out[:, r]) for r in range(3))
+        w = model.alpha[:, None]
+        d_pos = (w * ((a - p) ** 2).sum(-1)).sum(0)
+        d_neg = (w * ((a - n) ** 2).sum(-1)).sum(0)
+        accuracies[engine] = (float((d_pos < d_neg).mean()), model.prequential.combined)
+    (test_u, preq_u), (test_d, preq_d) = accuracies["update"], accuracies["device"]
+    assert test_u > 0.8 and preq_u > 0.75  # the stream is learnable, and was learned
+    assert abs(test_d - test_u) < 0.03 and abs(preq_d - preq_u) < 0.03
+
+
+def test_a_micro_batch_learns_around_a_non_finite_triplet():
+    model = _model("device", batch_size=8, batch_ramp=1)
+    rows = _triplets(64)
+    rows[37] *= np.float32(1e30)
+    used = _learn(model, rows)
+    assert model.skipped["non_finite_loss"] == 1 and not used[37]
+    assert model.update_step.learned == 63
+    assert all(bool(torch.isfinite(t).all()) for t in model.network.tensors().values())
+    assert model.update_step.replay.seen == 63
+
+
+def test_reservoir_slots_drawn_twice_in_one_update_keep_the_later_triplet():
+    # A reservoir of 5 offered updates of 16: Algorithm R draws the same slot for several
+    # triplets of one update; the device writes only the last, as the host's mirror does.
+    model = _model("device", batch_size=16, batch_ramp=1, replay_memory=5)
+    _learn(model, _triplets(400))
+    replay = model.update_step.replay
+    assert (replay.size, replay.seen) == (5, 400)
+    assert not model.device_steps._out_of_step
+    np.testing.assert_array_equal(replay.rows, model.device_steps.reservoir[:5].numpy())
+
+
+def test_blocks_hold_whole_micro_batch_updates():
+    model = _model("device", batch_size=64, batch_ramp=1, device_block=8)
+    engine = model.device_steps
+    assert engine.block == 8
+    _learn(model, _triplets(1000))
+    # A quarter of the 1,000 learned: whole updates of 64 within 250.
+    assert engine._update_sizes(10_000).tolist() == [64, 64, 64]
+    _learn(model, _triplets(3000, seed=1))
+    assert engine._update_sizes(10_000).tolist() == [64] * 8  # device_block updates
+    assert engine._update_sizes(100).tolist() == [64, 36]

@@ -142,9 +142,9 @@ class OAHUConfig:
     cpu_threads: int = 1
     seed: int = 0
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N"
-    # How strict updates of triplets run (ours, docs/algorithms.md "Device-resident steps"):
-    # "update" = one update at a time, the host deciding between its stages; "device" = blocks
-    # of up to ``device_block`` updates with everything on the device, captured as CUDA graphs
+    # How updates of triplets run (ours, docs/algorithms.md "Device-resident steps"): "update" =
+    # one update at a time, the host deciding between its stages; "device" = blocks of up to
+    # ``device_block`` updates with everything on the device, captured as CUDA graphs
     # on a GPU; "auto" = "device" on a GPU, "update" on the CPU (where numpy's few-microsecond
     # calls make the per-update step the fast one).
     step_engine: str = "auto"
@@ -213,8 +213,8 @@ class OAHUConfig:
             )
         if self.step_engine == "device" and not self.fits_device_steps:
             raise ValueError(
-                "step_engine: 'device' runs strict updates without self-paced learning; got "
-                f"batch_size={self.batch_size}, self_paced={self.self_paced}"
+                "step_engine: 'device' runs updates without self-paced learning, which decides "
+                "per constraint on the host; got self_paced=True"
             )
         if not isinstance(self.device, str) or not (
             self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")
@@ -225,9 +225,9 @@ class OAHUConfig:
 
     @property
     def fits_device_steps(self) -> bool:
-        """Whether device-resident steps can learn as this configuration says: strict updates,
-        and no self-paced learning (which decides per constraint on the host)."""
-        return self.batch_size == 1 and not self.self_paced
+        """Whether device-resident steps can learn as this configuration says: without
+        self-paced learning (which decides per constraint on the host)."""
+        return not self.self_paced
 
     @property
     def n_depths(self) -> int:

@@ -1,16 +1,19 @@
-"""Strict OAHU updates with everything a step touches on the network's device (ours;
-docs/algorithms.md, "Device-resident steps").
+"""OAHU updates, strict or micro-batch, with everything a step touches on the network's device
+(ours; docs/algorithms.md, "Device-resident steps").
 
-On a GPU a strict update of :class:`~oahu.learners.oahu.update.UpdateStep` is a few hundred
-kernel launches of a dozen rows each, with host synchronisations between them (a replay draw,
-the mining ranks, the prequential record, the constraint graph): the device idles while Python
-decides. :class:`DeviceResidentSteps` learns a *block* of new triplets as the same strict updates,
-one after the other, with no host round trip inside the block:
+On a GPU an update of :class:`~oahu.learners.oahu.update.UpdateStep` is a few hundred kernel
+launches with host synchronisations between them (a replay draw, the mining ranks, the
+prequential record, the constraint graph): the device idles while Python decides.
+:class:`DeviceResidentSteps` learns a *block* of new triplets as the same updates, one after the
+other, with no host round trip inside the block:
 
 * the weights, α, the last losses, the replay reservoir and the block's inputs (the new triplets,
   the replay draws, the mined triplets, the step sizes) are device tensors at fixed addresses;
+* every update has the same shape: ``batch_size`` rows of new triplets, padded with masked rows
+  while the update takes fewer (``batch_ramp``, the end of a call), and as many replayed and
+  mined rows per new one as the configuration says;
 * one update is pure tensor arithmetic with no Python branch on a device value (a non-finite
-  loss masks the update with ``where`` instead of leaving it), so on CUDA it is captured once as a
+  row is masked with ``where`` instead of being left out), so on CUDA it is captured once as a
   CUDA graph (``torch.cuda.graphs``: several updates per graph) and a block is a handful of graph
   launches;
 * what the host keeps (the replay reservoir's mirror for checkpoints, the constraint graph, the
@@ -21,10 +24,11 @@ one after the other, with no host round trip inside the block:
 What differs from per-update learning, by design: the replay draws and the reservoir's slots are
 drawn on the host when the block starts (the same distribution, Algorithm R); the triplets a block
 mines come from the constraint graph as it was before the block in flight (mining already ranks
-candidates ahead by embeddings a few updates old); a block's items are preprocessed together;
-and a drift adapts after the block in which it was detected, once the block in flight is
-applied. Blocks start small and grow with the stream (at most a quarter of the constraints
-learned before), so that the staleness stays a small share of what the graph knows.
+candidates ahead by embeddings a few updates old); a block's items are preprocessed together; a
+non-finite row leaves the update without the rest of the update's rows leaving with it; and a
+drift adapts after the block in which it was detected, once the block in flight is applied.
+Blocks start small and grow with the stream (at most a quarter of the constraints learned
+before), so that the staleness stays a small share of what the graph knows.
 """
 
 from __future__ import annotations
@@ -49,12 +53,17 @@ if TYPE_CHECKING:
 __all__ = ["DeviceResidentSteps"]
 
 # Updates captured in one CUDA graph: a graph launch costs the host a few microseconds, so a
-# block of 256 updates is 32 launches rather than 256.
+# block of 256 strict updates is 32 launches rather than 256.
 UPDATES_PER_GRAPH = 8
 # Whether the captured update is compiled first (torch.compile), which fuses its elementwise
 # arithmetic: an update was 35 kernels on an H100, 8 of them GEMMs (benchmarks/README.md,
 # "On CUDA"), where its operations number about 110.
 COMPILE_UPDATE = True
+# New triplets a block holds at most, whatever the batch size: its inputs and the embeddings it
+# returns take about 30 KB per new triplet of the default learner (200 features, 3 depths, two
+# mined triplets each), about 1 GB for a block of this many, on the device and twice pinned on
+# the host.
+BLOCK_TRIPLETS = 32_768
 # A block's outcomes, read back once it is done: per update, then α and the last losses as the
 # block leaves them (the last two).
 _OUTCOMES = (
@@ -64,18 +73,23 @@ _OUTCOMES = (
     "combined",
     "fresh",
     "mined_embeddings",
+    "mined_ok",
     "alpha",
     "last_losses",
 )
 # A block learns at most this share of the constraints learned before it (and at least
 # UPDATES_PER_GRAPH): its mining sees the graph as the block started.
 _BLOCK_SHARE = 4
+# The trust-region bound of an update with one new triplet, which per-update learning does not
+# bound (a strict step never comes near it): large enough never to bind.
+_UNBOUNDED = 1e30
 
 
 class DeviceResidentSteps:
-    """Strict updates of ``step`` (an :class:`~oahu.learners.oahu.update.UpdateStep` on triplets)
-    in blocks of at most ``block`` new triplets, each block without a host round trip; on CUDA
-    each run of :data:`UPDATES_PER_GRAPH` updates is one CUDA graph launch.
+    """The updates of ``step`` (an :class:`~oahu.learners.oahu.update.UpdateStep` on triplets),
+    strict or of up to ``batch_size`` new triplets each, in blocks of at most ``block`` updates
+    (and :data:`BLOCK_TRIPLETS` new triplets), each block without a host round trip; on CUDA each
+    run of :data:`UPDATES_PER_GRAPH` updates is one CUDA graph launch.
 
     The same code runs eagerly on the CPU, where it is what the tests check the CUDA path by.
 
@@ -87,40 +101,51 @@ class DeviceResidentSteps:
     >>> used = model.learn_triplets(rows[:, 0], rows[:, 1], rows[:, 2])
     >>> model.updates, model.update_step.replay.size, model.update_step.learned
     (40, 40, 40)
+    >>> batched = OAHU(n_features=4, hidden_width=8, preprocess="none", device="cpu",
+    ...                step_engine="device", batch_size=16, batch_ramp=1)
+    >>> used = batched.learn_triplets(rows[:, 0], rows[:, 1], rows[:, 2])
+    >>> batched.updates, batched.update_step.learned  # updates of 1, 1, 2, 4, 8, 16, 8
+    (7, 40)
     """
 
     def __init__(self, step: UpdateStep, block: int) -> None:
         config = step.config
         network = step.network
         self.step = step
-        self.block = block
+        self.width = config.batch_size  # new triplets per update
+        self.block = max(1, min(block, BLOCK_TRIPLETS // self.width))  # updates per block
         self.device = network.device
         self.capture = self.device.type == "cuda"
-        width = step.input_scaler.n_outputs
+        features = step.input_scaler.n_outputs
         depths, dim = step.n_depths, network.embedding_dim
-        self.n_replay, self.n_mined = config.replay, config.mined
+        b, k = self.width, self.block
+        self.n_replay, self.n_mined = config.replay * b, config.mined * b  # rows per update
         self.capacity = config.replay_memory
         zeros = functools.partial(torch.zeros, device=self.device)
         # Inputs of a block, one row per update.
-        self.new = zeros(block, 3, width)
-        self.replay_slot = zeros(block, self.n_replay, dtype=torch.long)
-        self.replay_valid = zeros(block, self.n_replay, dtype=torch.bool)
-        self.mined = zeros(block, self.n_mined, 3, width)
-        self.mined_valid = zeros(block, self.n_mined, dtype=torch.bool)
-        self.insert_slot = zeros(block, dtype=torch.long)
-        self.learning_rate = zeros(block)
+        self.new = zeros(k, b, 3, features)
+        self.new_valid = zeros(k, b, dtype=torch.bool)
+        self.replay_slot = zeros(k, self.n_replay, dtype=torch.long)
+        self.replay_valid = zeros(k, self.n_replay, dtype=torch.bool)
+        self.mined = zeros(k, self.n_mined, 3, features)
+        self.mined_valid = zeros(k, self.n_mined, dtype=torch.bool)
+        self.insert_slot = zeros(k, b, dtype=torch.long)
+        self.learning_rate = zeros(k)
+        self.max_change = zeros(k)  # the trust region of each update (micro-batches only)
         # The replay reservoir, with a spare row that takes the triplets it does not keep.
-        self.reservoir = zeros(self.capacity + 1, 3, width)
+        self.reservoir = zeros(self.capacity + 1, 3, features)
         self.alpha = zeros(depths)
         self.last_losses = zeros(depths)
         self.counter = zeros((), dtype=torch.long)
         # Outputs of a block, read back once it is done.
-        self.ok = zeros(block, dtype=torch.bool)
-        self.used = zeros(block, dtype=torch.bool)
-        self.correct = zeros(block, depths, dtype=torch.bool)
-        self.combined = zeros(block, dtype=torch.bool)
-        self.fresh = zeros(block, depths, 3, dim)
-        self.mined_embeddings = zeros(block, depths, 3, self.n_mined, dim)
+        self.ok = zeros(k, b, dtype=torch.bool)
+        self.used = zeros(k, b, dtype=torch.bool)
+        self.correct = zeros(k, b, depths, dtype=torch.bool)
+        self.combined = zeros(k, b, dtype=torch.bool)
+        # The new triplets' embeddings, which only the constraint graph takes (for mining).
+        self.fresh = zeros(k, b if self.n_mined else 0, depths, 3, dim)
+        self.mined_embeddings = zeros(k, self.n_mined, depths, 3, dim)
+        self.mined_ok = zeros(k, self.n_mined, dtype=torch.bool)
         self._graphs: tuple[Any, Any] | None = None
         self.compiled = False  # whether the captured update was compiled
         self._mirrored: tuple[int, int] | None = None  # (id, revision) of the reservoir held
@@ -137,12 +162,14 @@ class DeviceResidentSteps:
         """A block's inputs, in the order :meth:`_launch` fills them."""
         return [
             self.new,
+            self.new_valid,
             self.replay_slot,
             self.replay_valid,
             self.mined,
             self.mined_valid,
             self.insert_slot,
             self.learning_rate,
+            self.max_change,
         ]
 
     def _outputs(self) -> list[torch.Tensor]:
@@ -150,21 +177,14 @@ class DeviceResidentSteps:
 
     # ---------------------------------------------------------------- one update
     def update(self) -> None:
-        """One strict update of the block's update ``counter``, on device tensors only."""
+        """One update, the block's ``counter``-th, on device tensors only."""
         step, network = self.step, self.step.network
         i = self.counter.view(1)
-        n_mined = self.n_mined
-        new = self.new.index_select(0, i)
+        b, n_mined = self.width, self.n_mined
+        new = self.new.index_select(0, i).view(b, *self.new.shape[2:])
         replayed = self.reservoir.index_select(0, self.replay_slot.index_select(0, i).view(-1))
         mined = self.mined.index_select(0, i).view(n_mined, *self.mined.shape[2:])
         rows = torch.cat([new, replayed, mined])
-        valid = torch.cat(
-            [
-                torch.ones(1, dtype=torch.bool, device=self.device),
-                self.replay_valid.index_select(0, i).view(-1),
-                self.mined_valid.index_select(0, i).view(-1),
-            ]
-        )
         n_rows = rows.shape[0]
         x = rows.transpose(0, 1).reshape(3 * n_rows, -1)
         cache = network.forward(x)
@@ -172,54 +192,73 @@ class DeviceResidentSteps:
         diffs, dists = constraint_distances(f, 3)
         d_pos, d_neg = dists[:, 0, :, 0], dists[:, 1, :, 0]
         loss, g_pos, g_neg = step.loss(d_pos, d_neg)
-        # A non-finite row leaves the update out altogether (its new triplet is counted as
-        # skipped): masked, since the step may not branch on a device value.
-        ok = step.finite(loss, cache).all()
-        valid = valid & ok
+        # A non-finite row is left out (a new one counted as skipped), and an update whose new
+        # rows all are is left out altogether: masked, since the step may not branch on a
+        # device value.
+        valid = torch.cat(
+            [
+                self.new_valid.index_select(0, i).view(-1),
+                self.replay_valid.index_select(0, i).view(-1),
+                self.mined_valid.index_select(0, i).view(-1),
+            ]
+        ) & step.finite(loss, cache)
+        fresh_ok = valid[:b]
+        taken = fresh_ok.any()
+        valid = valid & taken
+        n_new = fresh_ok.sum()
         alpha = self.alpha
-        correct = d_pos[:, 0] < d_neg[:, 0]
-        combined = (alpha * (d_neg[:, 0] - d_pos[:, 0])).sum() > 0
-        mistakes = (1.0 - correct.float())[:, None]
+        correct = d_pos[:, :b] < d_neg[:, :b]  # (L+1, b)
+        combined = (alpha[:, None] * (d_neg[:, :b] - d_pos[:, :b])).sum(0) > 0
+        mistakes = torch.where(fresh_ok, 1.0 - correct.float(), 0.0)
         weights = step.depth_weights(alpha)
-        # The mean over the valid rows, as the per-update step takes it over the rows it has,
-        # with the step size folded into the gradient (every parameter's gradient is linear in
-        # it), so that it is read from the block rather than captured as a constant.
+        # Each new triplet with its share of the replayed and mined rows moves the weights as
+        # far as it would alone (as the per-update step scales its mean), with the step size
+        # folded into the gradient (every parameter's gradient is linear in it), so that it is
+        # read from the block rather than captured as a constant.
         rate = self.learning_rate.index_select(0, i)
-        share = valid.float() * (rate / valid.sum().clamp(min=1))
+        share = valid.float() * (rate * n_new / valid.sum().clamp(min=1))
         scale = weights * torch.ones_like(alpha)
         grad = embedding_gradient(scale, g_pos * share, g_neg * share, diffs, dists, 3)
-        grad = torch.where(ok, grad, 0.0).reshape(cache.embeddings.shape)
-        network.step(_finite_or_zero(cache, ok), grad, 1.0)
-        new_loss = loss[:, :1]
+        items = valid.repeat(3)  # the rows' mask over x, which holds them role by role
+        grad = torch.where(items[:, None], grad.reshape(cache.embeddings.shape), 0.0)
+        limit = self.max_change.index_select(0, i) if b > 1 else None
+        network.step(_finite_or_zero(cache, items), grad, 1.0, limit)
+        new_loss = torch.where(fresh_ok, loss[:, :b], 0.0)
         signal, changes = step.hedge_signal.without_branching(new_loss, mistakes)
         if signal is not None:
             updated = hedge_update(alpha, signal, step.config.beta, step.config.smoothing)
-            alpha.copy_(torch.where(ok if changes is None else ok & changes, updated, alpha))
-        self.last_losses.copy_(torch.where(ok, new_loss[:, 0], self.last_losses))
-        slot = torch.where(ok, self.insert_slot.index_select(0, i), self.capacity)
+            changed = taken if changes is None else taken & changes
+            alpha.copy_(torch.where(changed, updated, alpha))
+        mean_loss = new_loss.sum(1) / n_new.clamp(min=1)
+        self.last_losses.copy_(torch.where(taken, mean_loss, self.last_losses))
+        slot = torch.where(fresh_ok, self.insert_slot.index_select(0, i).view(-1), self.capacity)
         self.reservoir.index_copy_(0, slot, new)
-        self.ok.index_copy_(0, i, ok.view(1))
-        self.used.index_copy_(0, i, ((new_loss[:, 0] > 0).any() & ok).view(1))
-        self.correct.index_copy_(0, i, correct.view(1, -1))
-        self.combined.index_copy_(0, i, combined.view(1))
-        self.fresh.index_copy_(0, i, f[:, :, 0][None])
-        self.mined_embeddings.index_copy_(0, i, f[:, :, n_rows - n_mined :][None])
+        self.ok.index_copy_(0, i, fresh_ok.view(1, b))
+        self.used.index_copy_(0, i, ((new_loss > 0).any(0) & fresh_ok).view(1, b))
+        self.correct.index_copy_(0, i, correct.T[None])
+        self.combined.index_copy_(0, i, combined.view(1, b))
+        if n_mined:
+            self.fresh.index_copy_(0, i, f[:, :, :b].permute(2, 0, 1, 3)[None])
+            mined_f = f[:, :, n_rows - n_mined :].permute(2, 0, 1, 3)
+            self.mined_embeddings.index_copy_(0, i, mined_f[None])
+            self.mined_ok.index_copy_(0, i, valid[n_rows - n_mined :].view(1, n_mined))
         self.counter += 1
 
     # ---------------------------------------------------------------- blocks
     def block_size(self) -> int:
-        """New triplets the next block takes: ``block``, but at most a quarter of the constraints
-        learned (or launched) since the step-size clock last started, and at least
-        UPDATES_PER_GRAPH."""
+        """New triplets the next block takes at most: its ``block`` updates, but at most a
+        quarter of the constraints learned (or launched) since the step-size clock last started,
+        and at least UPDATES_PER_GRAPH."""
         since = self._scheduled - self.step.decay_origin
-        return max(UPDATES_PER_GRAPH, min(self.block, since // _BLOCK_SHARE))
+        return max(UPDATES_PER_GRAPH, min(self.block * self.width, since // _BLOCK_SHARE))
 
     def learn(self, rows: np.ndarray) -> Iterator[tuple[int, StepResult]]:
-        """Learn validated triplets (n, 3, d) as n strict updates, block by block; yields each
-        block's first row and :class:`StepResult` in stream order, once the host has caught up
-        with it. The next block is launched before a block's outcomes are applied, so that the
-        host's catching up overlaps the device's work; it mines from the constraint graph as it
-        was before the block in flight. Everything is applied when the iteration ends.
+        """Learn validated triplets (n, 3, d) as the updates the configuration says, block by
+        block; yields each block's first row and :class:`StepResult` in stream order, once the
+        host has caught up with it. The next block is launched before a block's outcomes are
+        applied, so that the host's catching up overlaps the device's work; it mines from the
+        constraint graph as it was before the block in flight. Everything is applied when the
+        iteration ends.
 
         Between two blocks the host may change what the device holds (a drift's adaptation:
         α, the memories): the block in flight is then applied first, and the device takes the
@@ -234,12 +273,30 @@ class DeviceResidentSteps:
                 continue
             if pending is None:
                 self._sync()
-            n = self.block_size()
-            launched = self._launch(rows[start : start + n], start)
+            sizes = self._update_sizes(len(rows) - start)
+            n = int(sizes.sum())
+            launched = self._launch(rows[start : start + n], start, sizes)
             start += n
             if pending is not None:
                 yield pending.start, self._apply(pending)
             pending = launched
+
+    def _update_sizes(self, remaining: int) -> np.ndarray:
+        """New triplets of each update of the next block, whole updates within
+        :meth:`block_size`: each takes ``batch_size`` but at most a ``batch_ramp``-th of the
+        constraints learned before it (at least one), as per-update learning sizes them."""
+        config, origin = self.step.config, self.step.decay_origin
+        budget, learned = self.block_size(), self._scheduled
+        sizes: list[int] = []
+        total = 0
+        while len(sizes) < self.block and total < remaining:
+            size = max(1, min(self.width, -(-(learned + total - origin) // config.batch_ramp)))
+            size = min(size, remaining - total)
+            if sizes and total + size > budget:
+                break
+            sizes.append(size)
+            total += size
+        return np.array(sizes, np.int64)
 
     def _host_changed(self) -> bool:
         """Whether the host replaced α, the last losses or the replay reservoir since the
@@ -269,52 +326,86 @@ class DeviceResidentSteps:
         self._held, self._seen = replay.size, replay.seen
         self._scheduled = step.learned
 
-    def _launch(self, rows: np.ndarray, start: int) -> _Block:
-        """Fill the block's inputs for ``rows`` and start its updates: the replay draws and
-        reservoir slots (Algorithm R, for a reservoir that takes every update), the mined
-        triplets and the step sizes; then queue the copies of its outcomes to the host."""
+    def _launch(self, rows: np.ndarray, start: int, sizes: np.ndarray) -> _Block:
+        """Fill the block's inputs for ``rows``, learned as updates of ``sizes`` new triplets,
+        and start its updates: the replay draws and reservoir slots (Algorithm R, for a
+        reservoir that is offered every new triplet), the mined triplets and the step sizes;
+        then queue the copies of its outcomes to the host."""
         step, config = self.step, self.step.config
         new = step.project(rows)
-        n, width = len(new), new.shape[2]
+        n, features = len(new), new.shape[2]
+        k, b = len(sizes), self.width
+        firsts = np.cumsum(sizes) - sizes  # each update's first row in the block
+        update = np.repeat(np.arange(k), sizes)  # each row's update, and its place in it
+        place = np.arange(n) - firsts[update]
+        laid_out = np.zeros((k, b, 3, features), np.float32)
+        laid_out[update, place] = new
+        valid = np.zeros((k, b), bool)
+        valid[update, place] = True
         rng, order = step.replay.rng, np.arange(n)
-        held = np.minimum(self._held + order, self.capacity)  # before each update
-        draws = rng.integers(0, np.maximum(held, 1)[:, None], size=(n, self.n_replay))
+        held = np.minimum(self._held + firsts, self.capacity)  # before each update
+        draws = rng.integers(0, np.maximum(held, 1)[:, None], size=(k, self.n_replay))
+        replay_valid = (np.arange(self.n_replay) < config.replay * sizes[:, None]) & (
+            held[:, None] > 0
+        )
         keep = rng.integers(0, self._seen + order + 1)
         filling = self._held + order < self.capacity
         insert = np.minimum(np.where(filling, self._held + order, keep), self.capacity)
-        mined_slots = np.full((n, self.n_mined, 3), -1, np.int64)
-        mined_rows = np.zeros((n, self.n_mined, 3, width), np.float32)
+        slots = np.full((k, b), self.capacity, np.int64)
+        slots[update, place] = (
+            insert if b == 1 else _last_of_each_slot(insert, update, self.capacity)
+        )
+        mined_slots = np.full((k, self.n_mined, 3), -1, np.int64)
+        mined_rows = np.zeros((k, self.n_mined, 3, features), np.float32)
         graph = step.graph
         if self.n_mined:
-            wanted, alpha = self.n_mined * n, self._mining_alpha
-            found, slots = graph.take(wanted, alpha, config.mining_candidates)
-            mined_slots.reshape(-1, 3)[: len(slots)] = slots
-            mined_rows.reshape(-1, 3, width)[: len(found)] = found
-        rates = np.array([step.step_size(self._scheduled + k) for k in range(n)])
+            found, taken = graph.take(
+                config.mined * n, self._mining_alpha, config.mining_candidates
+            )
+            # In stream order: each update takes ``mined`` per new triplet, while they last.
+            wanted = config.mined * sizes
+            into = np.repeat(np.arange(k), wanted)[: len(taken)]
+            at = np.arange(len(into)) - (np.cumsum(wanted) - wanted)[into]
+            mined_slots[into, at] = taken
+            mined_rows[into, at] = found
+        learned = self._scheduled + firsts
+        rates = np.array([step.step_size(t) for t in learned.tolist()])
+        bounds = np.where(sizes > 1, config.max_step_change, _UNBOUNDED)
         # In the order of _inputs, through pinned buffers on CUDA (host_transfers).
-        values = [new, draws, (held > 0)[:, None], mined_rows, mined_slots[..., 0] >= 0, insert]
-        self._staging.upload(self._inputs(), [*values, rates], n)
+        values = [
+            laid_out,
+            valid,
+            draws,
+            replay_valid,
+            mined_rows,
+            mined_slots[..., 0] >= 0,
+            slots,
+            rates,
+            bounds,
+        ]
+        self._staging.upload(self._inputs(), values, k)
         self.counter.zero_()
-        self._run(n)
+        self._run(k)
         self._held = min(self._held + n, self.capacity)
         self._seen += n
         self._scheduled += n
         return _Block(
             start,
             new,
+            (update, place),
             insert,
             rates,
             mined_slots,
             graph.keys[mined_slots.clip(min=0)],
-            self._outcomes(n),
+            self._outcomes(k),
         )
 
-    def _outcomes(self, n: int) -> InFlight:
-        """Copies of the block's outcomes on the host, queued behind its updates: the first n
+    def _outcomes(self, k: int) -> InFlight:
+        """Copies of the block's outcomes on the host, queued behind its updates: the first k
         of each per-update output, α and the last losses as the block leaves them."""
         outputs = self._outputs()
         per_update = len(_OUTCOMES) - 2
-        return self._returned.download([t[:n] for t in outputs[:per_update]] + outputs[per_update:])
+        return self._returned.download([t[:k] for t in outputs[:per_update]] + outputs[per_update:])
 
     def _apply(self, block: _Block) -> StepResult:
         """Wait for a launched block and apply its outcomes on the host, in stream order: the
@@ -322,8 +413,10 @@ class DeviceResidentSteps:
         last losses and the step-size clock."""
         step = self.step
         copies = block.outcomes.wait()
-        ok, used, correct, combined, fresh, mined, alpha, _ = (t.numpy() for t in copies)
-        correct, combined, used = correct[ok], combined[ok], used.copy()
+        ok, used, correct, combined, fresh, mined, mined_ok, alpha, _ = (t.numpy() for t in copies)
+        rows = block.rows  # (update, place) of each of the block's new triplets
+        ok, used = ok[rows], used[rows]
+        correct, combined = correct[rows][ok], combined[rows][ok]
         # New tensors (the host buffers take a later block's outcomes), copied without waiting
         # for the block in flight.
         step.alpha, step.last_losses = (
@@ -333,33 +426,50 @@ class DeviceResidentSteps:
         self._mining_alpha = alpha.astype(np.float64)  # without reading the device
         self._mirror(block.new[ok], block.insert[ok], bool(ok.all()))
         if self.n_mined:
-            slots, keys = block.mined_slots[ok].reshape(-1, 3), block.mined_keys[ok].reshape(-1, 3)
-            # Mined, and still held by the same items (a later block may have taken the slot).
-            current = (slots[:, 0] >= 0) & (step.graph.keys[slots.clip(min=0)] == keys).all(1)
-            # (k, L+1, 3, q, E) -> (L+1, k·q, 3, E) in update order, then by role.
-            embeddings = mined[ok].transpose(1, 0, 3, 2, 4)
-            embeddings = embeddings.reshape(step.n_depths, -1, 3, mined.shape[-1])
-            for role in range(3):
-                step.graph.refresh(slots[current, role], embeddings[:, current, role])
-            step.graph.observe(block.new[ok], fresh[ok].transpose(1, 2, 0, 3))
+            self._refresh_mined(block, mined, mined_ok)
+            # (n, L+1, 3, E) -> (L+1, 3, n, E), a view where the block's updates are full and
+            # all of them taken (the graph reads only the items it holds).
+            fresh = fresh.reshape(-1, *fresh.shape[2:])
+            where = rows[0] * self.width + rows[1]
+            fresh = fresh[: len(where)] if where[-1] == len(where) - 1 else fresh[where]
+            fresh = fresh if ok.all() else fresh[ok]
+            step.graph.observe(block.new[ok], fresh.transpose(1, 2, 0, 3))
         step.prequential.update(correct, combined)
         step.learned += int(ok.sum())
-        if ok.any():  # the step size of the latest update, as a per-update step reports it
-            step.learning_rate = float(block.rates[np.flatnonzero(ok)[-1]])
+        taken = np.zeros(len(block.rates), bool)
+        taken[rows[0][ok]] = True
+        if taken.any():  # the step size of the latest update, as a per-update step reports it
+            step.learning_rate = float(block.rates[np.flatnonzero(taken)[-1]])
         skipped = int((~ok).sum())
         if not len(combined):
             return StepResult(used, None, None, skipped)
-        return StepResult(used, correct, combined, skipped or None, len(combined))
+        return StepResult(used, correct, combined, skipped or None, int(taken.sum()))
+
+    def _refresh_mined(self, block: _Block, mined: np.ndarray, mined_ok: np.ndarray) -> None:
+        """Give the constraint graph the embeddings its mined items had in the block's updates,
+        the latest of each item: of the many mentions of one held item in a block of micro-
+        batches, only the last one's embedding is kept, so only that one is gathered."""
+        graph = self.step.graph
+        taken = np.flatnonzero(mined_ok.reshape(-1))  # mined rows learned, in update order
+        slots = block.mined_slots.reshape(-1, 3)[taken]
+        # Still held by the same items (a later block may have taken the slot).
+        current = (graph.keys[slots] == block.mined_keys.reshape(-1, 3)[taken]).all(1)
+        taken, slots = taken[current], slots[current].reshape(-1)  # mention order: row, role
+        _, from_end = np.unique(slots[::-1], return_index=True)
+        last = len(slots) - 1 - from_end
+        mined = mined.reshape(-1, *mined.shape[2:])  # (rows, L+1, 3, E)
+        embeddings = mined[taken[last // 3], :, last % 3]  # (items, L+1, E)
+        graph.refresh(slots[last], embeddings.swapaxes(0, 1))
 
     def _mirror(self, new: np.ndarray, insert: np.ndarray, every: bool) -> None:
         """Apply a block's reservoir writes to the host's reservoir (checkpoints read it), if it
-        is still the one the block drew its slots for. A block that left an update out wrote
+        is still the one the block drew its slots for. A block that left a triplet out wrote
         the device's out of step (its later fills were drawn for slots it did not take): the
         host's is uploaded again before the next block."""
         replay = self.step.replay
         if self._mirrored != (id(replay), replay.revision):
             return  # replaced by the host (a drift emptied the memories): nothing to mirror
-        if self.n_replay:
+        if self.step.config.replay:
             replay.place(new, insert)
         self._mirrored = (id(replay), replay.revision)
         self._out_of_step |= not every
@@ -446,17 +556,34 @@ class _Block(NamedTuple):
 
     start: int  # its first row in the rows being learned
     new: np.ndarray  # its triplets, preprocessed (n, 3, width)
+    rows: tuple[np.ndarray, np.ndarray]  # each triplet's (update, place in the update)
     insert: np.ndarray  # the reservoir slot drawn for each
     rates: np.ndarray  # the step size of each update
-    mined_slots: np.ndarray  # (n, mined, 3) graph slots of its mined triplets, -1: none
+    mined_slots: np.ndarray  # (updates, mined, 3) graph slots of its mined triplets, -1: none
     mined_keys: np.ndarray  # the items in those slots then
     outcomes: InFlight
 
 
-def _finite_or_zero(cache: Any, ok: torch.Tensor) -> Any:
-    """The forward pass's tensors, zeroed when the update is left out, so that a masked-out
-    update adds 0, not 0 · inf, to the weights."""
-    x, hidden, embeddings = (
-        torch.where(ok, t, 0.0) for t in (cache.x, cache.hidden, cache.embeddings)
+def _last_of_each_slot(insert: np.ndarray, update: np.ndarray, spare: int) -> np.ndarray:
+    """The reservoir slots of a block's new triplets, with every write but the last of one
+    update to one slot sent to the ``spare`` row: the rows of an update are written at once,
+    where the order of duplicate writes is not defined, and Algorithm R keeps the later one.
+
+    >>> _last_of_each_slot(np.array([3, 3, 5, 3]), np.array([0, 0, 0, 1]), spare=9).tolist()
+    [9, 3, 5, 3]
+    """
+    pairs = np.stack([update, insert], 1)[::-1]
+    _, last_from_end = np.unique(pairs, axis=0, return_index=True)
+    keep = np.zeros(len(insert), bool)
+    keep[len(insert) - 1 - last_from_end] = True
+    return np.where(keep | (insert >= spare), insert, spare)
+
+
+def _finite_or_zero(cache: Any, items: torch.Tensor) -> Any:
+    """The forward pass's tensors with the items left out (``items`` False) zeroed, so that
+    they add 0, not 0 · inf, to the weights."""
+    x = torch.where(items[:, None], cache.x, 0.0)
+    hidden, embeddings = (
+        torch.where(items[:, None], t, 0.0) for t in (cache.hidden, cache.embeddings)
     )
-    return type(cache)(x, hidden, torch.where(ok, cache.norms, 1.0), embeddings)
+    return type(cache)(x, hidden, torch.where(items[:, None], cache.norms, 1.0), embeddings)

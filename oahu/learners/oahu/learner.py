@@ -190,7 +190,7 @@ class OAHU(Learner):
 
     @property
     def device_steps(self) -> DeviceResidentSteps | None:
-        """The device-resident strict updates, when they are on (``_steps_on_device``): made at
+        """The device-resident updates, when they are on (``_steps_on_device``): made at
         first use, so that a model that only answers queries (a serving snapshot) holds none of
         their buffers."""
         if self._device_steps is None and self._steps_on_device():
@@ -198,7 +198,7 @@ class OAHU(Learner):
         return self._device_steps
 
     def _steps_on_device(self) -> bool:
-        """Whether strict updates of triplets run as device-resident blocks: as
+        """Whether updates of triplets run as device-resident blocks: as
         ``step_engine`` says, "auto" on a GPU where the configuration fits them."""
         c = self.config
         if c.step_engine == "auto":
