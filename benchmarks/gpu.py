@@ -66,6 +66,7 @@ WARM_FRACTION = 0.1  # the share of a run's constraints its steady-state rate le
 # device-resident steps, which overlap a block's host work with the next block's device work
 # only within one call.
 CHUNK = 4096
+BLOCKS_PER_CHUNK = 4
 PROGRESS_EVERY_S = 15.0
 
 
@@ -140,6 +141,9 @@ def learn(
     total = min(limit, len(stream))
     warm = max(1, math.ceil(total * WARM_FRACTION))
     chunk = max(CHUNK, model.constraints_per_update)
+    engine = model.device_steps
+    if engine is not None:  # several blocks a call, which overlap only within it
+        chunk = max(chunk, BLOCKS_PER_CHUNK * engine.block * engine.width)
     done, seconds, warm_seconds, capped = 0, 0.0, None, False
     first_seconds: float | None = None
     last_report = time.perf_counter()
