@@ -140,10 +140,7 @@ def learn(
     does, so the rates compare with the replay-based figures."""
     total = min(limit, len(stream))
     warm = max(1, math.ceil(total * WARM_FRACTION))
-    chunk = max(CHUNK, model.constraints_per_update)
-    engine = model.device_steps
-    if engine is not None:  # several blocks a call, which overlap only within it
-        chunk = max(chunk, BLOCKS_PER_CHUNK * engine.block * engine.width)
+    chunk = chunk_size(model)
     done, seconds, warm_seconds, capped = 0, 0.0, None, False
     first_seconds: float | None = None
     last_report = time.perf_counter()
@@ -181,6 +178,16 @@ def learn(
         "warm_constraints": warm,
         "warm_seconds": warm_seconds,
     }
+
+
+def chunk_size(model: OAHU) -> int:
+    """Constraints handed to the learner at a time: at least one update's, and several blocks of
+    device-resident steps, which overlap host and device work only within one call."""
+    chunk = max(CHUNK, model.constraints_per_update)
+    engine = model.device_steps
+    if engine is not None:
+        chunk = max(chunk, BLOCKS_PER_CHUNK * engine.block * engine.width)
+    return chunk
 
 
 def new_model(
@@ -330,6 +337,46 @@ def profile_strict(stream: ConstraintStream, args: argparse.Namespace) -> dict[s
     return out
 
 
+def profile_host(stream: ConstraintStream, args: argparse.Namespace) -> dict[str, Any]:
+    """Where the host's time goes while the default learner learns micro-batches of
+    ``--host-profile`` on the device (cProfile, after a warm-up of ``--profile-warmup``
+    constraints): the functions with the most time of their own, per triplet. The device works
+    while the host does, so the host's total is what bounds the rate once the device keeps up."""
+    import cProfile
+    import pstats
+
+    device, batch = args.device, args.host_profile
+    warmup = args.profile_warmup
+    n = min(len(stream) - warmup, args.host_profile_constraints)
+    if n < 1:
+        raise SystemExit(f"gpu: --host-profile needs more than {warmup} constraints in the stream")
+    model = new_model(stream, None, device, batch, args.fields)
+    model.learn(stream.kind, stream.features(0, warmup))
+    synchronize(device)
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.enable()
+    chunk = chunk_size(model)
+    for start in range(warmup, warmup + n, chunk):
+        model.learn(stream.kind, stream.features(start, min(start + chunk, warmup + n)))
+    synchronize(device)
+    profiler.disable()
+    wall = time.perf_counter() - started
+    stats = pstats.Stats(profiler).stats  # (file, line, name) -> (calls, _, own, cumulative, _)
+    ranked = sorted(stats.items(), key=lambda kv: -kv[1][2])[:20]
+    out = {
+        "batch_size": batch,
+        "constraints": n,
+        "wall_us_per_triplet": wall / n * 1e6,
+        "own_us_per_triplet": {
+            f"{Path(f).name}:{line}({name})": own / n * 1e6
+            for (f, line, name), (_, _, own, _, _) in ranked
+        },
+    }
+    print(f"host profile: B={batch}, {out['wall_us_per_triplet']:.1f} µs per triplet", flush=True)
+    return out
+
+
 def count_events(events: Any, per: int) -> dict[str, Any]:
     """Per update: the device's kernels and copies (count and time) and the host's launch and
     synchronization calls, from a torch.profiler trace."""
@@ -476,6 +523,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--profile-updates", type=int, default=200)
     parser.add_argument("--profile-warmup", type=int, default=1000)
     parser.add_argument("--no-profile", action="store_true")
+    parser.add_argument(
+        "--host-profile",
+        type=int,
+        default=0,
+        metavar="B",
+        help="profile the host's functions (cProfile) while the default learner learns "
+        "micro-batches of B (default 0: not)",
+    )
+    parser.add_argument("--host-profile-constraints", type=int, default=200_000)
     parser.add_argument("--compare-cpu", action="store_true")
     parser.add_argument("--compare-constraints", type=int, default=2000)
     parser.add_argument(
@@ -556,6 +612,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
             save()
     if not args.no_profile:
         out["profile"] = profile_strict(stream, args)
+        save()
+    if args.host_profile:
+        out["host_profile"] = profile_host(stream, args)
         save()
     if args.compare_cpu:
         out["compare_cpu"] = compare_cpu(stream, args)
