@@ -24,6 +24,8 @@ noisy annotator would produce) is not applied and is counted in ``contradictions
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -60,6 +62,47 @@ def _multipliers(width: int) -> np.ndarray:
     return draw * np.uint64(2) + np.uint64(1)
 
 
+@dataclass(frozen=True)
+class MiningCandidates:
+    """Anchors and candidates drawn for mining, laid out for ranking them in one batch: run r
+    holds up to ``width`` anchors of one component (``anchors[r]``, slots; -1: none), each
+    anchor's position among the draws (``positions[r]``), and the run's drawn candidates
+    (``pool[r]``, slots, -1: none), its ``n_positive[r]`` positives first, then its negatives.
+
+    >>> runs = [(np.array([1, 0]), np.array([5, 6]), (np.array([6, 5]), np.array([2])))]
+    >>> c = MiningCandidates.from_runs(runs, width=3, pool=4)
+    >>> c.anchors.tolist(), c.positions.tolist(), c.pool.tolist(), c.n_positive.tolist()
+    ([[5, 6, -1]], [[1, 0, -1]], [[6, 5, 2, -1]], [2])
+    """
+
+    anchors: np.ndarray  # (runs, width)
+    positions: np.ndarray  # (runs, width)
+    pool: np.ndarray  # (runs, pool)
+    n_positive: np.ndarray  # (runs,)
+
+    @classmethod
+    def from_runs(
+        cls,
+        runs: list[tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]],
+        width: int,
+        pool: int,
+    ) -> MiningCandidates:
+        """From :meth:`ConstraintGraph._runs`' runs; ``pool`` at least every run's candidates
+        (0: as many as the largest run has)."""
+        pool = max([pool, *(len(p) + len(n) for _, _, (p, n) in runs)])
+        anchors = np.full((len(runs), width), -1, np.int64)
+        positions = np.full((len(runs), width), -1, np.int64)
+        candidates = np.full((len(runs), pool), -1, np.int64)
+        n_positive = np.zeros(len(runs), np.int64)
+        for r, (group, slots, (positives, negatives)) in enumerate(runs):
+            anchors[r, : len(slots)] = slots
+            positions[r, : len(group)] = group
+            candidates[r, : len(positives)] = positives
+            candidates[r, len(positives) : len(positives) + len(negatives)] = negatives
+            n_positive[r] = len(positives)
+        return cls(anchors, positions, candidates, n_positive)
+
+
 class ConstraintGraph:
     """Revealed similarity knowledge about up to ``knowledge`` items, a reservoir of ``capacity``
     of them, and mining among those.
@@ -80,7 +123,8 @@ class ConstraintGraph:
     >>> rng = np.random.default_rng(0)
     >>> graph = ConstraintGraph(capacity=8, n_features=1, n_depths=1, embedding_dim=1, rng=rng)
     >>> rows = np.array([[[0.0], [0.1], [5.0]], [[0.1], [0.2], [5.1]]], dtype=np.float32)
-    >>> graph.observe(rows, embeddings=np.ones((1, 3, 2, 1), np.float32))
+    >>> graph.observe(rows, embeddings=np.ones((1, 3, 2, 1), np.float32)).tolist()  # slots
+    [0, 1, 2, 3, 4]
     >>> graph.size, graph.n_components, graph.n_links  # {0, 0.1, 0.2}, {5}, {5.1}
     (5, 3, 2)
     >>> triplets, slots = graph.mine(4, alpha=np.ones(1), candidates=8)
@@ -132,6 +176,7 @@ class ConstraintGraph:
         # Mined triplets not taken yet: their slots and the keys of the items in them then.
         self.waiting = np.zeros((0, 3), np.int64)
         self.waiting_keys = np.zeros((0, 3), np.int64)
+        self.restores = 0  # times set_state replaced everything (a copy elsewhere is stale)
 
     # ------------------------------------------------------------------ knowledge
     @property
@@ -144,9 +189,10 @@ class ConstraintGraph:
         """Pairs of components known to be dissimilar."""
         return sum(len(v) for v in self.links.values()) // 2
 
-    def observe(self, triplets: np.ndarray, embeddings: np.ndarray) -> None:
+    def observe(self, triplets: np.ndarray, embeddings: np.ndarray) -> np.ndarray:
         """Learn what triplets (n, 3, d) reveal, in order, and hold their items (with their
-        embeddings, (n_depths, 3, n, E)) as reservoir sampling decides."""
+        embeddings, (n_depths, 3, n, E)) as reservoir sampling decides; returns the slots whose
+        row and embedding it wrote."""
         keys = row_keys(triplets)
         held: list[tuple[int, int, int]] = []  # (slot, triplet, role) of each held mention
         # The hot loop of a micro-batch step (one pass of Python per triplet): bound names and
@@ -173,8 +219,10 @@ class ConstraintGraph:
                     slot = self._place(key)
                 if slot is not None:
                     held.append((slot, i, role))
-        if held:
-            self._store(held, triplets, embeddings)
+        if not held:
+            return np.zeros(0, np.int64)
+        self._store(held, triplets, embeddings)
+        return np.unique(np.fromiter((slot for slot, _, _ in held), np.int64, len(held)))
 
     def _store(
         self, held: list[tuple[int, int, int]], triplets: np.ndarray, embeddings: np.ndarray
@@ -349,8 +397,34 @@ class ConstraintGraph:
         products per component rather than a pass of Python per triplet.
         """
         width = self.rows.shape[1]
-        if k < 1 or self.size < 3 or not self.links:
+        weights = np.asarray(alpha, np.float32)[:, None]  # (L, 1): α on the anchors' side
+        drawn, found = [], []
+        for group, anchors, pools in self._runs(k, candidates):
+            triplets = self._nearest(anchors, *pools, weights)
+            if triplets is not None:
+                drawn.append(group[triplets[1]])
+                found.append(triplets[0])
+        if not found:
             return np.zeros((0, 3, width), np.float32), np.zeros((0, 3), np.int64)
+        slots = np.concatenate(found)[np.argsort(np.concatenate(drawn))]
+        return self.rows[slots], slots
+
+    def candidates(self, k: int, candidates: int) -> MiningCandidates:
+        """What :meth:`mine` ranks, for ranking elsewhere (on a device, by
+        :mod:`oahu.learners.oahu.device_steps`): ``k`` anchors drawn as :meth:`mine` draws them,
+        in runs of at most ``MINE_AHEAD`` anchors of one component with each run's draw of
+        candidates. Anchors that cannot give a triplet are left out."""
+        runs = list(self._runs(k, candidates))
+        return MiningCandidates.from_runs(runs, MINE_AHEAD, 2 * candidates if candidates else 0)
+
+    def _runs(
+        self, k: int, candidates: int
+    ) -> Iterator[tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]]:
+        """Draw ``k`` anchors and yield, run by run, the positions of a run's anchors among the
+        draws, their slots, and the run's draw of candidates: at most ``candidates`` of the
+        component's other held items and as many of its known-dissimilar ones."""
+        if k < 1 or self.size < 3 or not self.links:
+            return
         held = self.component[: self.size]
         anchors = self.rng.integers(0, self.size, size=k)
         # Anchors by component, in the order each component's first anchor was drawn (not by
@@ -359,9 +433,7 @@ class ConstraintGraph:
         groups: dict[int, list[int]] = {}
         for position, root in enumerate(held[anchors].tolist()):
             groups.setdefault(root, []).append(position)
-        weights = np.asarray(alpha, np.float32)[:, None]  # (L, 1): α on the anchors' side
         members, held_links = self.members, self.held_links
-        drawn, found = [], []
         for own, positions in groups.items():
             linked = held_links[own]
             # Without another held item of its component there is no positive: skip the scans.
@@ -376,14 +448,17 @@ class ConstraintGraph:
             # strict mining gives it.
             for share in range(0, len(positions), MINE_AHEAD):
                 group = np.asarray(positions[share : share + MINE_AHEAD])
-                triplets = self._nearest(anchors[group], positives, negatives, weights, candidates)
-                if triplets is not None:
-                    drawn.append(group[triplets[1]])
-                    found.append(triplets[0])
-        if not found:
-            return np.zeros((0, 3, width), np.float32), np.zeros((0, 3), np.int64)
-        slots = np.concatenate(found)[np.argsort(np.concatenate(drawn))]
-        return self.rows[slots], slots
+                yield group, anchors[group], self._draw(positives, negatives, candidates)
+
+    def _draw(
+        self, positives: np.ndarray, negatives: np.ndarray, candidates: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """At most ``candidates`` of each (with replacement; all of them when fewer)."""
+        if candidates and len(positives) > candidates:
+            positives = positives[self.rng.integers(0, len(positives), size=candidates)]
+        if candidates and len(negatives) > candidates:
+            negatives = negatives[self.rng.integers(0, len(negatives), size=candidates)]
+        return positives, negatives
 
     def _nearest(
         self,
@@ -391,15 +466,10 @@ class ConstraintGraph:
         positives: np.ndarray,
         negatives: np.ndarray,
         weights: np.ndarray,
-        candidates: int,
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Triplets (n, 3) of slots for ``anchors`` of one component: the nearest of at most
-        ``candidates`` drawn from its ``positives`` (the anchor itself excluded) and from its
-        ``negatives``, with which anchors got one (None when none did)."""
-        if candidates and len(positives) > candidates:
-            positives = positives[self.rng.integers(0, len(positives), size=candidates)]
-        if candidates and len(negatives) > candidates:
-            negatives = negatives[self.rng.integers(0, len(negatives), size=candidates)]
+        """Triplets (n, 3) of slots for ``anchors`` of one component: the nearest of the drawn
+        ``positives`` (the anchor itself excluded) and of the drawn ``negatives``, with which
+        anchors got one (None when none did)."""
         queries = (self.embeddings[anchors] * weights).reshape(len(anchors), -1)
         pool = self.embeddings[np.concatenate([positives, negatives])]
         nearness = pool.reshape(len(pool), -1) @ queries.T  # (candidates, anchors)
@@ -464,6 +534,7 @@ class ConstraintGraph:
                 f"constraint graph: expected at most {self.capacity} items of width "
                 f"{self.rows.shape[1]}, got {tuple(state['rows'].shape)}"
             )
+        self.restores += 1
         self.known = {int(key): int(root) for key, root in state["known"].tolist()}
         self.parent = {}
         roots = list(self.known.values())
