@@ -87,7 +87,15 @@ def test_the_host_mirrors_what_the_device_holds():
     assert all(r.tobytes() in keys for r in replay.rows)
     # The constraint graph learned the stream, and mined triplets were learned from it.
     assert step.graph.size == 64 and step.graph.n_links > 0
-    assert bool(engine.mined_valid.any())
+    assert bool(engine.mining.valid.any())
+    # The device holds the graph's items, and the host takes their refreshed embeddings back.
+    held = step.graph.size
+    np.testing.assert_array_equal(engine.mining.keys[:held].numpy(), step.graph.keys[:held])
+    np.testing.assert_array_equal(engine.mining.rows[:held].numpy(), step.graph.rows[:held])
+    engine.pull_graph()
+    np.testing.assert_array_equal(
+        engine.mining.embeddings[:held].numpy(), step.graph.embeddings[:held]
+    )
     # α, the last losses and the step-size clock came back to the host.
     np.testing.assert_allclose(model.alpha, engine.alpha.numpy(), rtol=1e-6)
     assert model.alpha.sum() == pytest.approx(1.0)
@@ -149,7 +157,7 @@ def test_quadruplets_take_the_per_update_step():
 def test_engine_is_chosen_by_the_configuration():
     assert OAHU(D, device="cpu").device_steps is None  # "auto" on the CPU: per update
     assert OAHU(D, device="cpu", step_engine="device").device_steps is not None
-    with pytest.raises(ValueError, match="step_engine: .device. runs updates without self-paced"):
+    with pytest.raises(ValueError, match="step_engine: 'device' runs updates without self-paced"):
         OAHUConfig(step_engine="device", self_paced=True)
     with pytest.raises(ValueError, match="step_engine"):
         OAHUConfig(step_engine="gpu")

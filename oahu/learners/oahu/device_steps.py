@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
+from oahu.learners.oahu.device_mining import DeviceMining
 from oahu.learners.oahu.hedge import hedge_update
 from oahu.learners.oahu.host_transfers import HostBuffers, InFlight
 from oahu.learners.oahu.loss import constraint_distances, embedding_gradient
@@ -72,8 +73,6 @@ _OUTCOMES = (
     "correct",
     "combined",
     "fresh",
-    "mined_embeddings",
-    "mined_ok",
     "alpha",
     "last_losses",
 )
@@ -127,8 +126,6 @@ class DeviceResidentSteps:
         self.new_valid = zeros(k, b, dtype=torch.bool)
         self.replay_slot = zeros(k, self.n_replay, dtype=torch.long)
         self.replay_valid = zeros(k, self.n_replay, dtype=torch.bool)
-        self.mined = zeros(k, self.n_mined, 3, features)
-        self.mined_valid = zeros(k, self.n_mined, dtype=torch.bool)
         self.insert_slot = zeros(k, b, dtype=torch.long)
         self.learning_rate = zeros(k)
         self.max_change = zeros(k)  # the trust region of each update (micro-batches only)
@@ -144,8 +141,13 @@ class DeviceResidentSteps:
         self.combined = zeros(k, b, dtype=torch.bool)
         # The new triplets' embeddings, which only the constraint graph takes (for mining).
         self.fresh = zeros(k, b if self.n_mined else 0, depths, 3, dim)
-        self.mined_embeddings = zeros(k, self.n_mined, depths, 3, dim)
-        self.mined_ok = zeros(k, self.n_mined, dtype=torch.bool)
+        # Mining ranked on the device, straight into the block's mined rows.
+        self.mining = (
+            DeviceMining(step.graph, k * self.n_mined, self.device, pinned=self.capture)
+            if self.n_mined
+            else None
+        )
+        self._mined_rows = torch.arange(self.n_mined, device=self.device)
         self._graphs: tuple[Any, Any] | None = None
         self.compiled = False  # whether the captured update was compiled
         self._mirrored: tuple[int, int] | None = None  # (id, revision) of the reservoir held
@@ -154,7 +156,6 @@ class DeviceResidentSteps:
         # counts with the blocks launched (ahead of the host's while one is in flight).
         self._given: tuple[Any, Any] = (None, None)
         self._held = self._seen = self._scheduled = 0
-        self._mining_alpha = np.zeros(depths)  # the host's α, which mining ranks by
         self._staging = HostBuffers(self._inputs(), pinned=self.capture)
         self._returned = HostBuffers(self._outputs(), pinned=self.capture)
 
@@ -165,8 +166,6 @@ class DeviceResidentSteps:
             self.new_valid,
             self.replay_slot,
             self.replay_valid,
-            self.mined,
-            self.mined_valid,
             self.insert_slot,
             self.learning_rate,
             self.max_change,
@@ -183,8 +182,16 @@ class DeviceResidentSteps:
         b, n_mined = self.width, self.n_mined
         new = self.new.index_select(0, i).view(b, *self.new.shape[2:])
         replayed = self.reservoir.index_select(0, self.replay_slot.index_select(0, i).view(-1))
-        mined = self.mined.index_select(0, i).view(n_mined, *self.mined.shape[2:])
-        rows = torch.cat([new, replayed, mined])
+        parts = [new, replayed]
+        present = [
+            self.new_valid.index_select(0, i).view(-1),
+            self.replay_valid.index_select(0, i).view(-1),
+        ]
+        if n_mined:
+            mined_rows = i * n_mined + self._mined_rows
+            parts.append(self.mining.mined.index_select(0, mined_rows))
+            present.append(self.mining.valid.index_select(0, mined_rows))
+        rows = torch.cat(parts)
         n_rows = rows.shape[0]
         x = rows.transpose(0, 1).reshape(3 * n_rows, -1)
         cache = network.forward(x)
@@ -195,13 +202,7 @@ class DeviceResidentSteps:
         # A non-finite row is left out (a new one counted as skipped), and an update whose new
         # rows all are is left out altogether: masked, since the step may not branch on a
         # device value.
-        valid = torch.cat(
-            [
-                self.new_valid.index_select(0, i).view(-1),
-                self.replay_valid.index_select(0, i).view(-1),
-                self.mined_valid.index_select(0, i).view(-1),
-            ]
-        ) & step.finite(loss, cache)
+        valid = torch.cat(present) & step.finite(loss, cache)
         fresh_ok = valid[:b]
         taken = fresh_ok.any()
         valid = valid & taken
@@ -239,9 +240,12 @@ class DeviceResidentSteps:
         self.combined.index_copy_(0, i, combined.view(1, b))
         if n_mined:
             self.fresh.index_copy_(0, i, f[:, :, :b].permute(2, 0, 1, 3)[None])
-            mined_f = f[:, :, n_rows - n_mined :].permute(2, 0, 1, 3)
-            self.mined_embeddings.index_copy_(0, i, mined_f[None])
-            self.mined_ok.index_copy_(0, i, valid[n_rows - n_mined :].view(1, n_mined))
+            self.mining.refresh(
+                self.mining.slots.index_select(0, mined_rows),
+                self.mining.mined_keys.index_select(0, mined_rows),
+                valid[n_rows - n_mined :],
+                f[:, :, n_rows - n_mined :],
+            )
         self.counter += 1
 
     # ---------------------------------------------------------------- blocks
@@ -299,14 +303,16 @@ class DeviceResidentSteps:
         return np.array(sizes, np.int64)
 
     def _host_changed(self) -> bool:
-        """Whether the host replaced α, the last losses or the replay reservoir since the
-        device took them, or a block wrote the device's reservoir out of step."""
+        """Whether the host replaced α, the last losses, the replay reservoir or the constraint
+        graph since the device took them, or a block wrote the device's reservoir out of
+        step."""
         step, replay = self.step, self.step.replay
         return (
             step.alpha is not self._given[0]
             or step.last_losses is not self._given[1]
             or self._mirrored != (id(replay), replay.revision)
             or self._out_of_step
+            or (self.mining is not None and self.mining.mirrored != _graph_id(step.graph))
         )
 
     def _sync(self) -> None:
@@ -318,11 +324,12 @@ class DeviceResidentSteps:
             self.reservoir.zero_()
             self.reservoir[: replay.size].copy_(torch.from_numpy(replay.rows[: replay.size]))
             self._mirrored = (id(replay), replay.revision)
+        if self.mining is not None and self.mining.mirrored != _graph_id(step.graph):
+            self.mining.mirror(step.graph)
         alpha = step.as_numpy(step.alpha)
         self.alpha.copy_(torch.as_tensor(alpha, device=device))
         self.last_losses.copy_(torch.as_tensor(step.as_numpy(step.last_losses), device=device))
         self._given = (step.alpha, step.last_losses)
-        self._mining_alpha = np.asarray(alpha, np.float64)
         self._held, self._seen = replay.size, replay.seen
         self._scheduled = step.learned
 
@@ -355,19 +362,6 @@ class DeviceResidentSteps:
         slots[update, place] = (
             insert if b == 1 else _last_of_each_slot(insert, update, self.capacity)
         )
-        mined_slots = np.full((k, self.n_mined, 3), -1, np.int64)
-        mined_rows = np.zeros((k, self.n_mined, 3, features), np.float32)
-        graph = step.graph
-        if self.n_mined:
-            found, taken = graph.take(
-                config.mined * n, self._mining_alpha, config.mining_candidates
-            )
-            # In stream order: each update takes ``mined`` per new triplet, while they last.
-            wanted = config.mined * sizes
-            into = np.repeat(np.arange(k), wanted)[: len(taken)]
-            at = np.arange(len(into)) - (np.cumsum(wanted) - wanted)[into]
-            mined_slots[into, at] = taken
-            mined_rows[into, at] = found
         learned = self._scheduled + firsts
         rates = np.array([step.step_size(t) for t in learned.tolist()])
         bounds = np.where(sizes > 1, config.max_step_change, _UNBOUNDED)
@@ -377,13 +371,18 @@ class DeviceResidentSteps:
             valid,
             draws,
             replay_valid,
-            mined_rows,
-            mined_slots[..., 0] >= 0,
             slots,
             rates,
             bounds,
         ]
         self._staging.upload(self._inputs(), values, k)
+        if self.mining is not None:
+            # Each update mines ``mined`` triplets per new one: the i-th anchor drawn goes to
+            # the i-th mined row the block's updates take, in stream order.
+            wanted = config.mined * sizes
+            into = np.repeat(np.arange(k) * self.n_mined - (np.cumsum(wanted) - wanted), wanted)
+            into += np.arange(len(into))
+            self.mining.mine(step.graph, into, self.alpha, config.mining_candidates)
         self.counter.zero_()
         self._run(k)
         self._held = min(self._held + n, self.capacity)
@@ -395,8 +394,6 @@ class DeviceResidentSteps:
             (update, place),
             insert,
             rates,
-            mined_slots,
-            graph.keys[mined_slots.clip(min=0)],
             self._outcomes(k),
         )
 
@@ -413,7 +410,7 @@ class DeviceResidentSteps:
         last losses and the step-size clock."""
         step = self.step
         copies = block.outcomes.wait()
-        ok, used, correct, combined, fresh, mined, mined_ok, alpha, _ = (t.numpy() for t in copies)
+        ok, used, correct, combined, fresh, _, _ = (t.numpy() for t in copies)
         rows = block.rows  # (update, place) of each of the block's new triplets
         ok, used = ok[rows], used[rows]
         correct, combined = correct[rows][ok], combined[rows][ok]
@@ -423,17 +420,16 @@ class DeviceResidentSteps:
             step.per_depth(t.to(self.device, non_blocking=True, copy=True)) for t in copies[-2:]
         )
         self._given = (step.alpha, step.last_losses)
-        self._mining_alpha = alpha.astype(np.float64)  # without reading the device
         self._mirror(block.new[ok], block.insert[ok], bool(ok.all()))
-        if self.n_mined:
-            self._refresh_mined(block, mined, mined_ok)
+        if self.mining is not None:
             # (n, L+1, 3, E) -> (L+1, 3, n, E), a view where the block's updates are full and
             # all of them taken (the graph reads only the items it holds).
             fresh = fresh.reshape(-1, *fresh.shape[2:])
             where = rows[0] * self.width + rows[1]
             fresh = fresh[: len(where)] if where[-1] == len(where) - 1 else fresh[where]
             fresh = fresh if ok.all() else fresh[ok]
-            step.graph.observe(block.new[ok], fresh.transpose(1, 2, 0, 3))
+            written = step.graph.observe(block.new[ok], fresh.transpose(1, 2, 0, 3))
+            self.mining.written(step.graph, written)
         step.prequential.update(correct, combined)
         step.learned += int(ok.sum())
         taken = np.zeros(len(block.rates), bool)
@@ -445,21 +441,11 @@ class DeviceResidentSteps:
             return StepResult(used, None, None, skipped)
         return StepResult(used, correct, combined, skipped or None, int(taken.sum()))
 
-    def _refresh_mined(self, block: _Block, mined: np.ndarray, mined_ok: np.ndarray) -> None:
-        """Give the constraint graph the embeddings its mined items had in the block's updates,
-        the latest of each item: of the many mentions of one held item in a block of micro-
-        batches, only the last one's embedding is kept, so only that one is gathered."""
-        graph = self.step.graph
-        taken = np.flatnonzero(mined_ok.reshape(-1))  # mined rows learned, in update order
-        slots = block.mined_slots.reshape(-1, 3)[taken]
-        # Still held by the same items (a later block may have taken the slot).
-        current = (graph.keys[slots] == block.mined_keys.reshape(-1, 3)[taken]).all(1)
-        taken, slots = taken[current], slots[current].reshape(-1)  # mention order: row, role
-        _, from_end = np.unique(slots[::-1], return_index=True)
-        last = len(slots) - 1 - from_end
-        mined = mined.reshape(-1, *mined.shape[2:])  # (rows, L+1, 3, E)
-        embeddings = mined[taken[last // 3], :, last % 3]  # (items, L+1, E)
-        graph.refresh(slots[last], embeddings.swapaxes(0, 1))
+    def pull_graph(self) -> None:
+        """Give the host's constraint graph the embeddings the device's updates cached for its
+        held items (checkpoints and per-update steps read the host's)."""
+        if self.mining is not None:
+            self.mining.pull(self.step.graph)
 
     def _mirror(self, new: np.ndarray, insert: np.ndarray, every: bool) -> None:
         """Apply a block's reservoir writes to the host's reservoir (checkpoints read it), if it
@@ -543,11 +529,13 @@ class DeviceResidentSteps:
 
     def _state(self) -> list[torch.Tensor]:
         """What an update changes, besides the block's outputs."""
+        mining = [] if self.mining is None else [self.mining.embeddings]
         return [
             *self.step.network.tensors().values(),
             self.alpha,
             self.last_losses,
             self.reservoir,
+            *mining,
         ]
 
 
@@ -559,9 +547,12 @@ class _Block(NamedTuple):
     rows: tuple[np.ndarray, np.ndarray]  # each triplet's (update, place in the update)
     insert: np.ndarray  # the reservoir slot drawn for each
     rates: np.ndarray  # the step size of each update
-    mined_slots: np.ndarray  # (updates, mined, 3) graph slots of its mined triplets, -1: none
-    mined_keys: np.ndarray  # the items in those slots then
     outcomes: InFlight
+
+
+def _graph_id(graph: Any) -> tuple[int, int]:
+    """Which constraint graph, in which restored state: a copy of another is stale."""
+    return id(graph), graph.restores
 
 
 def _last_of_each_slot(insert: np.ndarray, update: np.ndarray, spare: int) -> np.ndarray:

@@ -325,6 +325,8 @@ class OAHU(Learner):
             )
         used = np.zeros(len(rows), dtype=bool)
         device_steps = self.device_steps if kind == "triplet" else None
+        if device_steps is None and self._device_steps is not None:
+            self._device_steps.pull_graph()  # per-update steps mine from the host's graph
         # Overflow is expected on hostile input and handled (the row is skipped and counted).
         with self._step_threads(), np.errstate(over="ignore", invalid="ignore"):
             updates = self._updates(rows) if device_steps is None else device_steps.learn(rows)
@@ -437,6 +439,8 @@ class OAHU(Learner):
     # ---------------------------------------------------------------- state
     def _get_state(self) -> dict[str, Any]:
         step = self.update_step
+        if self._device_steps is not None:
+            self._device_steps.pull_graph()
         return {
             **self._query_state(),
             "rng": generator_state(self._rng),
