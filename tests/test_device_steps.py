@@ -121,12 +121,13 @@ def test_a_non_finite_triplet_is_left_out_and_counted():
     )
 
 
-def test_a_checkpoint_restores_the_same_learning():
+@pytest.mark.parametrize("batch_size", [1, 8])
+def test_a_checkpoint_restores_the_same_learning(batch_size):
     rows = _triplets(500)
-    model = _model("device")
+    model = _model("device", batch_size=batch_size, batch_ramp=4)
     _learn(model, rows[:300])
     state = model.get_state()
-    restored = _model("device")
+    restored = _model("device", batch_size=batch_size, batch_ramp=4)
     restored.set_state(state)
     _learn(model, rows[300:])
     _learn(restored, rows[300:])
