@@ -124,7 +124,7 @@ class ConstraintGraph:
     >>> graph = ConstraintGraph(capacity=8, n_features=1, n_depths=1, embedding_dim=1, rng=rng)
     >>> rows = np.array([[[0.0], [0.1], [5.0]], [[0.1], [0.2], [5.1]]], dtype=np.float32)
     >>> graph.observe(rows, embeddings=np.ones((1, 3, 2, 1), np.float32)).tolist()  # slots
-    [0, 1, 2, 3, 4]
+    [0, 1, 2, 1, 3, 4]
     >>> graph.size, graph.n_components, graph.n_links  # {0, 0.1, 0.2}, {5}, {5.1}
     (5, 3, 2)
     >>> triplets, slots = graph.mine(4, alpha=np.ones(1), candidates=8)
@@ -192,7 +192,7 @@ class ConstraintGraph:
     def observe(self, triplets: np.ndarray, embeddings: np.ndarray) -> np.ndarray:
         """Learn what triplets (n, 3, d) reveal, in order, and hold their items (with their
         embeddings, (n_depths, 3, n, E)) as reservoir sampling decides; returns the slots whose
-        row and embedding it wrote."""
+        row and embedding it wrote (a slot once per write)."""
         keys = row_keys(triplets)
         held: list[tuple[int, int, int]] = []  # (slot, triplet, role) of each held mention
         # The hot loop of a micro-batch step (one pass of Python per triplet): bound names and
@@ -222,7 +222,7 @@ class ConstraintGraph:
         if not held:
             return np.zeros(0, np.int64)
         self._store(held, triplets, embeddings)
-        return np.unique(np.fromiter((slot for slot, _, _ in held), np.int64, len(held)))
+        return np.fromiter((slot for slot, _, _ in held), np.int64, len(held))
 
     def _store(
         self, held: list[tuple[int, int, int]], triplets: np.ndarray, embeddings: np.ndarray
