@@ -461,11 +461,22 @@ def plot(out: dict[str, Any], path: Path) -> None:
         color = line.get_color()
         speed.plot(b, steady, "x--", color=color, label=f"{name}, steady state")
         error.plot(b, [r["error"] for r in runs], "o-", color=color, label=name)
+        for r in runs:  # a run stopped by the clock learned fewer constraints
+            error.annotate(
+                f"{r['constraints'] / 1000:,.0f}k",
+                (r["batch_size"], r["error"]),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=7,
+                color=color,
+            )
     speed.set(xscale="log", yscale="log", xlabel="batch size B", ylabel="triplets/s")
     error.set(xscale="log", xlabel="batch size B", ylabel="5-NN test error")
     where = out["gpu"] or out["device"]
-    speed.set_title(f"{where}, {out['constraints']:,} constraints")
-    error.set_title("after the run")
+    cap = f", at most {out['max_seconds']:g} s each" if out.get("max_seconds") else ""
+    speed.set_title(f"{where}, up to {out['constraints']:,} constraints{cap}", fontsize=10)
+    error.set_title("5-NN test error after the run (constraints learned)", fontsize=10)
     for ax in (speed, error):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
