@@ -295,3 +295,14 @@ def test_blocks_hold_whole_micro_batch_updates():
     _learn(model, _triplets(3000, seed=1))
     assert engine._update_sizes(10_000).tolist() == [64] * 8  # device_block updates
     assert engine._update_sizes(100).tolist() == [64, 36]
+
+
+def test_a_block_mentions_held_items_more_often_than_the_graph_holds_items():
+    # Every mention of a held item rewrites its slot: a block of micro-batches writes a small
+    # graph's slots many times over, and the device takes each slot once.
+    model = _model("device", batch_size=64, batch_ramp=1, item_memory=16)
+    _learn(model, _triplets(3000))
+    graph, mining = model.update_step.graph, model.device_steps.mining
+    assert graph.size == 16
+    np.testing.assert_array_equal(mining.keys[:16].numpy(), graph.keys[:16])
+    np.testing.assert_array_equal(mining.rows[:16].numpy(), graph.rows[:16])

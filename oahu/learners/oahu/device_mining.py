@@ -99,7 +99,9 @@ class DeviceMining:
         self.mirrored = (id(graph), graph.restores)
 
     def written(self, graph: ConstraintGraph, slots: np.ndarray) -> None:
-        """Take the items ``graph`` wrote into ``slots``, queued behind the device's work."""
+        """Take the items ``graph`` wrote into ``slots`` (a slot once per write: a block
+        rewrites held items many times), queued behind the device's work."""
+        slots = np.unique(slots)  # at most the graph's capacity, which the buffers hold
         n = len(slots)
         if not n:
             return
