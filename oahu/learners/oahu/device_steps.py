@@ -349,15 +349,14 @@ class DeviceResidentSteps:
         laid_out[update, place] = new
         valid = np.zeros((k, b), bool)
         valid[update, place] = True
-        rng, order = step.replay.rng, np.arange(n)
+        replay = step.replay
         held = np.minimum(self._held + firsts, self.capacity)  # before each update
-        draws = rng.integers(0, np.maximum(held, 1)[:, None], size=(k, self.n_replay))
+        draws = replay.rng.integers(0, np.maximum(held, 1)[:, None], size=(k, self.n_replay))
         replay_valid = (np.arange(self.n_replay) < config.replay * sizes[:, None]) & (
             held[:, None] > 0
         )
-        keep = rng.integers(0, self._seen + order + 1)
-        filling = self._held + order < self.capacity
-        insert = np.minimum(np.where(filling, self._held + order, keep), self.capacity)
+        # Every slot not kept is the spare row's.
+        insert = np.minimum(replay.draw_slots(n, self._held, self._seen), self.capacity)
         slots = np.full((k, b), self.capacity, np.int64)
         slots[update, place] = (
             insert if b == 1 else _last_of_each_slot(insert, update, self.capacity)

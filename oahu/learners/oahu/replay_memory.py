@@ -47,31 +47,39 @@ class ReplayReservoir:
     def add(self, triplets: np.ndarray) -> None:
         """Offer constraints (n, n_roles, d) in stream order; each of the first ``capacity`` is
         kept, and the i-th after them replaces a random held one with probability capacity / i."""
-        n = len(triplets)
-        self.revision += 1
-        if n == 1 and self.size == self.capacity:  # the strict step's case, without arrays
+        if len(triplets) == 1 and self.size == self.capacity:  # the strict step's, no arrays
+            self.revision += 1
             self.seen += 1
             slot = int(self.rng.integers(0, self.seen))
             if slot < self.capacity:
                 self.rows[slot] = triplets[0]
             return
-        fill = min(n, self.capacity - self.size)
-        if fill:
-            self.rows[self.size : self.size + fill] = triplets[:fill]
-            self.size += fill
-        rest = triplets[fill:]
-        if len(rest):
-            positions = np.arange(self.seen + fill + 1, self.seen + n + 1)
-            slots = self.rng.integers(0, positions)
-            keep = slots < self.capacity
-            # Duplicate slots: numpy assigns in order, so the later triplet wins, as in sequence.
-            self.rows[slots[keep]] = rest[keep]
-        self.seen += n
+        self.place(triplets, self.draw_slots(len(triplets)))
+
+    def draw_slots(self, n: int, size: int | None = None, seen: int | None = None) -> np.ndarray:
+        """The slots of Algorithm R for ``n`` constraints offered in stream order to a reservoir
+        that holds ``size`` of the ``seen`` offered so far (default: this one, now): the free
+        slots while it fills, then for the i-th offered a uniform draw below i, which keeps it
+        where it is below ``capacity``.
+
+        >>> memory = ReplayReservoir(capacity=2, n_features=1, rng=np.random.default_rng(0))
+        >>> slots = memory.draw_slots(5)
+        >>> slots[:2].tolist(), bool((slots[2:] < [3, 4, 5]).all())
+        ([0, 1], True)
+        """
+        size = self.size if size is None else size
+        seen = self.seen if seen is None else seen
+        fill = min(n, self.capacity - size)
+        slots = np.empty(n, np.int64)
+        slots[:fill] = np.arange(size, size + fill)
+        if n > fill:
+            slots[fill:] = self.rng.integers(0, np.arange(seen + fill + 1, seen + n + 1))
+        return slots
 
     def place(self, constraints: np.ndarray, slots: np.ndarray) -> None:
-        """Offer constraints (n, n_roles, d) in stream order whose slots were drawn already, as
-        :meth:`add` draws them (``slots[i] >= capacity``: not kept): while the reservoir fills,
-        each is appended whatever its slot says.
+        """Offer constraints (n, n_roles, d) in stream order whose slots were drawn already
+        (:meth:`draw_slots`; ``slots[i] >= capacity``: not kept): while the reservoir fills, each
+        is appended whatever its slot says.
 
         >>> memory = ReplayReservoir(capacity=2, n_features=1, rng=np.random.default_rng(0))
         >>> memory.place(np.arange(12, dtype=np.float32).reshape(4, 3, 1), np.array([0, 1, 0, 2]))
