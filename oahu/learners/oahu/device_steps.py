@@ -287,15 +287,13 @@ class DeviceResidentSteps:
 
     def _update_sizes(self, remaining: int) -> np.ndarray:
         """New triplets of each update of the next block, whole updates within
-        :meth:`block_size`: each takes ``batch_size`` but at most a ``batch_ramp``-th of the
-        constraints learned before it (at least one), as per-update learning sizes them."""
-        config, origin = self.step.config, self.step.decay_origin
+        :meth:`block_size`, each sized as per-update learning sizes it
+        (:meth:`UpdateStep.update_size`)."""
         budget, learned = self.block_size(), self._scheduled
         sizes: list[int] = []
         total = 0
         while len(sizes) < self.block and total < remaining:
-            size = max(1, min(self.width, -(-(learned + total - origin) // config.batch_ramp)))
-            size = min(size, remaining - total)
+            size = min(self.step.update_size(learned + total), remaining - total)
             if sizes and total + size > budget:
                 break
             sizes.append(size)

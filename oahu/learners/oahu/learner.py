@@ -336,22 +336,13 @@ class OAHU(Learner):
         return used
 
     def _updates(self, rows: np.ndarray) -> Iterator[tuple[int, StepResult]]:
-        """One update after the other (:class:`UpdateStep`), each of :meth:`_update_size`, with
-        the first row of each."""
+        """One update after the other (:class:`UpdateStep`), each of
+        :meth:`UpdateStep.update_size`, with the first row of each."""
         start = 0
         while start < len(rows):
-            stop = start + self._update_size()
+            stop = start + self.update_step.update_size()
             yield start, self.update_step(rows[start:stop])
             start = stop
-
-    def _update_size(self) -> int:
-        """New constraints the next update takes: ``batch_size``, but at most a
-        ``batch_ramp``-th of the constraints learned so far, counted as the step-size decay
-        counts them (at least one), so that a stream's first updates, where nearly every
-        constraint pulls the same way, are small (ours, B3)."""
-        step = self.update_step
-        since = step.learned - step.decay_origin  # from the latest adapted drift, as S1
-        return max(1, min(self.config.batch_size, -(-since // self.config.batch_ramp)))
 
     def _account(self, result: StepResult) -> None:
         """Count what an update did, and feed its prequential mistakes to the drift detector: a
