@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 _NO_COMPONENT = -1
+# A run of anchors of one component that share one draw of candidates: their positions among
+# the draws, their slots, and the drawn (positives, negatives) slots.
+MiningRun = tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]
 # Anchors drawn at once when an update takes fewer mined triplets (a strict step takes two): most
 # of mining's cost is per component scanned, and one draw of MINE_AHEAD anchors scans each
 # component once for all of them. The triplets not taken yet wait, ranked by embeddings at most
@@ -60,47 +62,6 @@ def _multipliers(width: int) -> np.ndarray:
     # Fixed odd 64-bit multipliers: the same row gets the same key in every process and run.
     draw = np.random.default_rng(0x0A40).integers(0, 2**63, size=width, dtype=np.uint64)
     return draw * np.uint64(2) + np.uint64(1)
-
-
-@dataclass(frozen=True)
-class MiningCandidates:
-    """Anchors and candidates drawn for mining, laid out for ranking them in one batch: run r
-    holds up to ``width`` anchors of one component (``anchors[r]``, slots; -1: none), each
-    anchor's position among the draws (``positions[r]``), and the run's drawn candidates
-    (``pool[r]``, slots, -1: none), its ``n_positive[r]`` positives first, then its negatives.
-
-    >>> runs = [(np.array([1, 0]), np.array([5, 6]), (np.array([6, 5]), np.array([2])))]
-    >>> c = MiningCandidates.from_runs(runs, width=3, pool=4)
-    >>> c.anchors.tolist(), c.positions.tolist(), c.pool.tolist(), c.n_positive.tolist()
-    ([[5, 6, -1]], [[1, 0, -1]], [[6, 5, 2, -1]], [2])
-    """
-
-    anchors: np.ndarray  # (runs, width)
-    positions: np.ndarray  # (runs, width)
-    pool: np.ndarray  # (runs, pool)
-    n_positive: np.ndarray  # (runs,)
-
-    @classmethod
-    def from_runs(
-        cls,
-        runs: list[tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]],
-        width: int,
-        pool: int,
-    ) -> MiningCandidates:
-        """From :meth:`ConstraintGraph._runs`' runs; ``pool`` at least every run's candidates
-        (0: as many as the largest run has)."""
-        pool = max([pool, *(len(p) + len(n) for _, _, (p, n) in runs)])
-        anchors = np.full((len(runs), width), -1, np.int64)
-        positions = np.full((len(runs), width), -1, np.int64)
-        candidates = np.full((len(runs), pool), -1, np.int64)
-        n_positive = np.zeros(len(runs), np.int64)
-        for r, (group, slots, (positives, negatives)) in enumerate(runs):
-            anchors[r, : len(slots)] = slots
-            positions[r, : len(group)] = group
-            candidates[r, : len(positives)] = positives
-            candidates[r, len(positives) : len(positives) + len(negatives)] = negatives
-            n_positive[r] = len(positives)
-        return cls(anchors, positions, candidates, n_positive)
 
 
 class ConstraintGraph:
@@ -399,7 +360,7 @@ class ConstraintGraph:
         width = self.rows.shape[1]
         weights = np.asarray(alpha, np.float32)[:, None]  # (L, 1): α on the anchors' side
         drawn, found = [], []
-        for group, anchors, pools in self._runs(k, candidates):
+        for group, anchors, pools in self.runs(k, candidates):
             triplets = self._nearest(anchors, *pools, weights)
             if triplets is not None:
                 drawn.append(group[triplets[1]])
@@ -409,20 +370,12 @@ class ConstraintGraph:
         slots = np.concatenate(found)[np.argsort(np.concatenate(drawn))]
         return self.rows[slots], slots
 
-    def candidates(self, k: int, candidates: int) -> MiningCandidates:
-        """What :meth:`mine` ranks, for ranking elsewhere (on a device, by
-        :mod:`oahu.learners.oahu.device_steps`): ``k`` anchors drawn as :meth:`mine` draws them,
-        in runs of at most ``MINE_AHEAD`` anchors of one component with each run's draw of
-        candidates. Anchors that cannot give a triplet are left out."""
-        runs = list(self._runs(k, candidates))
-        return MiningCandidates.from_runs(runs, MINE_AHEAD, 2 * candidates if candidates else 0)
-
-    def _runs(
-        self, k: int, candidates: int
-    ) -> Iterator[tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]]:
-        """Draw ``k`` anchors and yield, run by run, the positions of a run's anchors among the
-        draws, their slots, and the run's draw of candidates: at most ``candidates`` of the
-        component's other held items and as many of its known-dissimilar ones."""
+    def runs(self, k: int, candidates: int) -> Iterator[MiningRun]:
+        """What :meth:`mine` ranks, for ranking elsewhere too (on a device,
+        :mod:`oahu.learners.oahu.device_mining`): draw ``k`` anchors and yield, run by run, the
+        positions of a run's anchors among the draws, their slots, and the run's draw of
+        candidates: at most ``candidates`` of the component's other held items and as many of
+        its known-dissimilar ones. Anchors that cannot give a triplet are left out."""
         if k < 1 or self.size < 3 or not self.links:
             return
         held = self.component[: self.size]

@@ -4,10 +4,10 @@
 Mining (:mod:`oahu.learners.oahu.constraint_graph`) has two halves. Knowing which held items are
 similar to an anchor and which are known dissimilar is union-find and set bookkeeping: the host's
 constraint graph keeps it, and draws the anchors and each run's candidates
-(:meth:`~oahu.learners.oahu.constraint_graph.ConstraintGraph.candidates`). Ranking the candidates
-by Σ_l α(l) f(l)·f(l)' is arithmetic on the cached embeddings of the held items: a few hundred
-kilobytes gathered per run, which on the host cost more than a micro-batch's whole update on a
-GPU. :class:`DeviceMining` keeps a copy of the held items (rows, embeddings, keys) on the device,
+(:meth:`~oahu.learners.oahu.constraint_graph.ConstraintGraph.runs`), laid out for one batch
+(:class:`MiningCandidates`). Ranking the candidates by Σ_l α(l) f(l)·f(l)' is arithmetic on
+the cached embeddings of the held items: a few hundred kilobytes gathered per run, which on the
+host cost more than a micro-batch's whole update on a GPU. :class:`DeviceMining` keeps a copy of the held items (rows, embeddings, keys) on the device,
 ranks a block's candidates there in one batch, writes the mined triplets straight into the
 block's inputs, and refreshes the held items' embeddings from the updates that learn them, so
 that neither the mined rows nor their embeddings cross to the host.
@@ -20,21 +20,60 @@ a refresh writes an embedding only where the slot still holds the item that was 
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from oahu.learners.oahu.constraint_graph import MINE_AHEAD, ConstraintGraph, MiningRun
 from oahu.learners.oahu.host_transfers import HostBuffers
 
-if TYPE_CHECKING:
-    from oahu.learners.oahu.constraint_graph import ConstraintGraph, MiningCandidates
-
-__all__ = ["DeviceMining"]
+__all__ = ["DeviceMining", "MiningCandidates"]
 
 # Candidates' embeddings gathered at once while ranking (floats): a block's runs are ranked in
 # chunks of at most this many, about 256 MB.
 _GATHERED = 1 << 26
+
+
+@dataclass(frozen=True)
+class MiningCandidates:
+    """Anchors and candidates drawn for mining, laid out for ranking them in one batch: run r
+    holds up to ``width`` anchors of one component (``anchors[r]``, slots; -1: none), each
+    anchor's position among the draws (``positions[r]``), and the run's drawn candidates
+    (``pool[r]``, slots, -1: none), its ``n_positive[r]`` positives first, then its negatives.
+
+    >>> runs = [(np.array([1, 0]), np.array([5, 6]), (np.array([6, 5]), np.array([2])))]
+    >>> c = MiningCandidates.from_runs(runs, width=3, pool=4)
+    >>> c.anchors.tolist(), c.positions.tolist(), c.pool.tolist(), c.n_positive.tolist()
+    ([[5, 6, -1]], [[1, 0, -1]], [[6, 5, 2, -1]], [2])
+    """
+
+    anchors: np.ndarray  # (runs, width)
+    positions: np.ndarray  # (runs, width)
+    pool: np.ndarray  # (runs, pool)
+    n_positive: np.ndarray  # (runs,)
+
+    @classmethod
+    def from_runs(
+        cls,
+        runs: list[MiningRun],
+        width: int,
+        pool: int,
+    ) -> MiningCandidates:
+        """From :meth:`ConstraintGraph.runs`; ``pool`` at least every run's candidates (0: as
+        many as the largest run has)."""
+        pool = max([pool, *(len(p) + len(n) for _, _, (p, n) in runs)])
+        anchors = np.full((len(runs), width), -1, np.int64)
+        positions = np.full((len(runs), width), -1, np.int64)
+        candidates = np.full((len(runs), pool), -1, np.int64)
+        n_positive = np.zeros(len(runs), np.int64)
+        for r, (group, slots, (positives, negatives)) in enumerate(runs):
+            anchors[r, : len(slots)] = slots
+            positions[r, : len(group)] = group
+            candidates[r, : len(positives)] = positives
+            candidates[r, len(positives) : len(positives) + len(negatives)] = negatives
+            n_positive[r] = len(positives)
+        return cls(anchors, positions, candidates, n_positive)
 
 
 class DeviceMining:
@@ -127,7 +166,10 @@ class DeviceMining:
         anchor's triplet goes to mined row ``into[i]``, and anchors without a triplet leave
         their row invalid."""
         self.valid.zero_()
-        drawn = graph.candidates(len(into), candidates)
+        pool = 2 * candidates if candidates else 0  # 0: every run's whole draw
+        drawn = MiningCandidates.from_runs(
+            list(graph.runs(len(into), candidates)), MINE_AHEAD, pool
+        )
         if not len(drawn.anchors):
             return
         destination = np.where(drawn.positions >= 0, into[drawn.positions], self.mined_rows)
