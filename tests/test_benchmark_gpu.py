@@ -17,6 +17,7 @@ def test_a_cpu_run_writes_the_contract(tmp_path):
     argv += ["--long-constraints", "800", "--long", "default:1", "--batch-sizes", "1,64"]
     argv += ["--profile-warmup", "100", "--profile-updates", "20", "--compare-cpu"]
     argv += ["--compare-constraints", "100", "--out", str(out), "--plot", str(png)]
+    argv += ["--host-profile", "64", "--host-profile-constraints", "200"]
     main(argv)
     result = json.loads(out.read_text())
     assert result["gpu"] is None and isinstance(result["torch"], str)
@@ -40,6 +41,9 @@ def test_a_cpu_run_writes_the_contract(tmp_path):
     profile = result["profile"]
     assert profile["updates"] == 20 and profile["host_wall_us_per_update"] > 0
     assert "profile_error" not in profile
+    host = result["host_profile"]
+    assert (host["batch_size"], host["constraints"]) == (64, 200)
+    assert host["wall_us_per_triplet"] > 0 and len(host["own_us_per_triplet"]) == 20
     assert result["compare_cpu"]["max_weight_diff"] == 0.0  # the CPU against itself
     assert png.stat().st_size > 0
 
