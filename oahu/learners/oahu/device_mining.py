@@ -7,10 +7,11 @@ constraint graph keeps it, and draws the anchors and each run's candidates
 (:meth:`~oahu.learners.oahu.constraint_graph.ConstraintGraph.runs`), laid out for one batch
 (:class:`MiningCandidates`). Ranking the candidates by Σ_l α(l) f(l)·f(l)' is arithmetic on
 the cached embeddings of the held items: a few hundred kilobytes gathered per run, which on the
-host cost more than a micro-batch's whole update on a GPU. :class:`DeviceMining` keeps a copy of the held items (rows, embeddings, keys) on the device,
-ranks a block's candidates there in one batch, writes the mined triplets straight into the
-block's inputs, and refreshes the held items' embeddings from the updates that learn them, so
-that neither the mined rows nor their embeddings cross to the host.
+host cost more than a micro-batch's whole update on a GPU. :class:`DeviceMining` keeps a copy
+of the held items (rows, embeddings, keys) on the device, ranks a block's candidates there in
+one batch, writes the mined triplets straight into the block's inputs, and refreshes the held
+items' embeddings from the updates that learn them, so that neither the mined rows nor their
+embeddings cross to the host.
 
 The host's graph stays the authority on which item a slot holds: the slots its ``observe``
 writes are copied to the device (through pinned buffers, queued behind the block in flight), and
