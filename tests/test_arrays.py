@@ -131,8 +131,8 @@ print(sorted(m for (m, *_), same in arrays._AGREES.items() if same))
 
 
 # The instructions each forced kernel executes: OpenBLAS does not check them when told to use a
-# core type, and a CPU without them stops the process with SIGILL (an EPYC of the Zen 2/3 kind
-# has AVX2 but no AVX-512, so SkylakeX's kernels cannot run there).
+# core type, and a CPU without them stops the process with SIGILL (EPYCs before Zen 4 have AVX2
+# but no AVX-512, so SkylakeX's kernels cannot run there).
 _CORETYPE_NEEDS = {
     "Sandybridge": {"avx"},
     "Haswell": {"avx", "avx2", "fma"},
