@@ -5,8 +5,8 @@ subprocess per (dataset, learner, seed), so that every number has an exact comma
 is a fresh 1:1 development/test shuffle and a fresh stream of the paper's protocol (N/2 seed
 constraints + N/2 by transitive closure; pairs for LEGO and RDML, triplets for OASIS and OAHU,
 OPML's own one pass over the development split, Euclidean learns nothing). Runs are cached under
-benchmarks/results/runs/<dataset>/ with their command and re-used while the command is
-unchanged, so an interrupted benchmark resumes.
+benchmarks/results/runs/<dataset>/ with their command and the learner's defaults, and re-used while
+both are unchanged, so an interrupted benchmark resumes and a changed default is run again.
 
 OAHU against each other row: a two-sided t-test (``scipy.stats.ttest_ind``, equal variances)
 on the per-seed error rates at 0.05, as the paper does: a win when OAHU's mean error is lower and
@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import ttest_ind
 
+from benchmarks.stream_runs import probed_params
 from oahu.settings import split_setting
 from oahu.streams.datasets import DATASETS
 from oahu.streams.protocol import SPLITS
@@ -189,11 +190,16 @@ def run_path(
 
 
 def run_cached(command: list[str], path: Path) -> dict[str, Any]:
-    """The run's JSON report: read from ``path`` when it holds this exact command, else run it
-    and store ``{"command", "result", "wall_seconds", "loadavg_before", "loadavg_after"}``."""
+    """The run's JSON report: read from ``path`` when it holds this exact command, made while the
+    learner's defaults were today's, else run it and store ``{"command", "learner_defaults",
+    "result", "wall_seconds", "loadavg_before", "loadavg_after"}``. The command names only
+    what a row sets, so a changed default would otherwise be read back from runs made before
+    it; a record from before defaults were stored is trusted (its command is all it has)."""
+    defaults = learner_defaults(command)
     if path.exists():
         record = json.loads(path.read_text())
-        if record.get("command") == command:
+        made_with = record.get("learner_defaults", defaults)
+        if record.get("command") == command and made_with == defaults:
             return record["result"]
     oahu = Path(sys.executable).with_name("oahu")
     argv = [str(oahu) if oahu.exists() else "oahu", *command[1:]]
@@ -203,6 +209,7 @@ def run_cached(command: list[str], path: Path) -> dict[str, Any]:
         raise RuntimeError(f"{shlex.join(command)} failed ({proc.returncode}):\n{proc.stderr}")
     record = {
         "command": command,
+        "learner_defaults": defaults,
         "result": json.loads(proc.stdout.strip().splitlines()[-1]),
         "wall_seconds": time.perf_counter() - started,
         "loadavg_before": list(load_before),
@@ -210,6 +217,16 @@ def run_cached(command: list[str], path: Path) -> dict[str, Any]:
     }
     write_json(path, record)
     return record["result"]
+
+
+def learner_defaults(command: list[str]) -> dict[str, Any]:
+    """The defaults of every parameter of the learner ``command`` replays (``--learner``), as
+    JSON gives them back.
+
+    >>> learner_defaults(["oahu", "replay", "--learner", "rdml"])["learning_rate"]
+    0.1
+    """
+    return probed_params(command[command.index("--learner") + 1], {})
 
 
 def write_json(path: Path, payload: Any) -> None:

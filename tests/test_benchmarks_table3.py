@@ -122,7 +122,7 @@ def test_default_rows_are_the_paper_oahu_and_the_default_one():
     assert (default.label, default.slug, default.args) == ("oahu (default)", "oahu-default", ())
 
 
-def test_runs_are_cached_by_their_exact_command(tmp_path):
+def test_runs_are_cached_by_their_exact_command_and_the_learners_defaults(tmp_path):
     row = Row("euclidean", "euclidean")
     first = collect([row], "digits", 100, [0], tmp_path)["euclidean"][0]
     path = run_path(tmp_path, "digits", row, 100, 0)
@@ -132,6 +132,12 @@ def test_runs_are_cached_by_their_exact_command(tmp_path):
     stored["result"]["error"] = 0.5  # a cached record is read back, not recomputed
     path.write_text(json.dumps(stored))
     assert collect([row], "digits", 100, [0], tmp_path)["euclidean"][0]["error"] == 0.5
+    # Made while a default of the learner was another: run again, and stored with today's.
+    assert stored["learner_defaults"] == {"preprocess": "none"}
+    stored["learner_defaults"] = {"preprocess": "unit"}
+    path.write_text(json.dumps(stored))
+    assert collect([row], "digits", 100, [0], tmp_path)["euclidean"][0]["error"] == first["error"]
+    assert json.loads(path.read_text())["learner_defaults"] == {"preprocess": "none"}
 
 
 def test_baselines_run_with_their_development_split_choice(tmp_path):
