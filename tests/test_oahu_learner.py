@@ -367,6 +367,19 @@ def test_replay_and_mining_remember_the_stream_within_their_bounds(triplets) -> 
     assert quiet.update_step.replay.size == 0 and quiet.update_step.graph.size == 0
 
 
+def test_a_reservoir_larger_than_the_items_a_stream_names_changes_nothing(triplets) -> None:
+    """Bit for bit: until more distinct items arrive than the reservoir holds, its capacity plays
+    no part, so figures of streams that never fill the smaller one hold for the larger."""
+    # 40 triplets of random items: 120 distinct items, all held by a reservoir of 120 or more.
+    exact, roomy, tight = small(item_memory=120), small(item_memory=1000), small(item_memory=60)
+    for model in (exact, roomy, tight):
+        learn(model, triplets)
+        learn(model, triplets)
+    assert exact.update_step.graph.size == roomy.update_step.graph.size == 120
+    assert_same_model(exact, roomy)
+    assert not torch.equal(tight.network.head0, roomy.network.head0)  # once it fills, it counts
+
+
 def test_replay_and_mining_change_what_is_learned(triplets) -> None:
     plain, full = small(replay=0, mined=0), small()
     learn(plain, triplets)
