@@ -103,7 +103,7 @@ class OAHUConfig:
     # the stream has revealed, among a reservoir of ``item_memory`` items: a random anchor, its
     # nearest known-similar item, and the nearest of ``mining_candidates`` known-dissimilar ones.
     mined: int = 2
-    item_memory: int = 16384
+    item_memory: int = 8192
     mining_candidates: int = 128
     # Items whose component the constraint graph remembers, so that similarity carries over
     # through items that are not among the ``item_memory`` held for mining.
