@@ -167,3 +167,76 @@ def test_times_transposed_is_the_plain_product_under_other_cpus_kernels(coretype
     assert run.returncode == 0, run.stderr
     agreeing = json.loads(run.stdout)
     assert set(agreeing) <= {9, 12, 57, 128}
+
+
+@pytest.fixture
+def broadcast_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The small-row broadcast forms, which run on CUDA only, made to run on CPU tensors, so that
+    the CPU checks the arithmetic a GPU step runs."""
+    monkeypatch.setattr(arrays, "_SMALL_PRODUCT_DEVICES", ("cpu",))
+
+
+def test_small_products_on_the_device_are_broadcast_sums(broadcast_on_cpu) -> None:
+    a = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    b = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 3.0]])
+    # a @ b by hand: [[1, 2, 8], [3, 4, 18]]; aᵀ b: [[1, 3, 11], [2, 4, 16]].
+    assert arrays.product(a, b).tolist() == [[1.0, 2.0, 8.0], [3.0, 4.0, 18.0]]
+    assert arrays.transposed_product(a, b).tolist() == [[1.0, 3.0, 11.0], [2.0, 4.0, 16.0]]
+    out = torch.ones(2, 3)
+    arrays.add_outer_(out, a, b, 0.5)
+    assert out.tolist() == [[1.5, 2.5, 6.5], [2.0, 3.0, 9.0]]
+    batched = torch.zeros(2, 2, 3)
+    arrays.add_batched_outer_(batched, torch.stack([a, -a]), torch.stack([b, b]), 1.0)
+    assert batched.tolist() == [
+        [[1.0, 3.0, 11.0], [2.0, 4.0, 16.0]],
+        [[-1.0, -3.0, -11.0], [-2.0, -4.0, -16.0]],
+    ]
+
+
+def test_the_broadcast_is_taken_for_small_row_counts_only(broadcast_on_cpu) -> None:
+    rng = np.random.default_rng(3)
+    w = torch.from_numpy(rng.standard_normal((128, 200), dtype=np.float32))
+    for rows in (1, 12, arrays.SMALL_PRODUCT_ROWS, arrays.SMALL_PRODUCT_ROWS + 1, 300):
+        x = torch.from_numpy(rng.standard_normal((rows, 200), dtype=np.float32))
+        got = arrays.times_transposed(x, w)
+        assert got.shape == (rows, 128)
+        torch.testing.assert_close(got, x @ w.T, rtol=1e-5, atol=1e-4)
+    assert arrays._broadcast(x, arrays.SMALL_PRODUCT_ROWS)
+    assert not arrays._broadcast(x, arrays.SMALL_PRODUCT_ROWS + 1)
+    assert not arrays._broadcast(x.numpy(), 1)  # numpy keeps BLAS: the CPU step is unchanged
+
+
+def test_small_products_leave_the_cpu_step_and_other_devices_alone() -> None:
+    # Without the fixture, CPU tensors take the BLAS product: the same bits as ``@``.
+    rng = np.random.default_rng(4)
+    a = torch.from_numpy(rng.standard_normal((12, 200), dtype=np.float32))
+    b = torch.from_numpy(rng.standard_normal((200, 128), dtype=np.float32))
+    assert torch.equal(arrays.product(a, b), a @ b)
+    assert np.array_equal(arrays.product(a.numpy(), b.numpy()), a.numpy() @ b.numpy())
+
+
+@pytest.mark.parametrize("batch_size", [1, 2])
+def test_a_device_step_with_broadcast_products_learns_the_blas_model(
+    broadcast_on_cpu, monkeypatch: pytest.MonkeyPatch, batch_size: int
+) -> None:
+    # The device engine's update on CPU tensors, with and without the broadcast forms a GPU
+    # takes for a strict step's dozen rows (and a micro-batch of two's 24, through the trust
+    # region's products): the same model up to float rounding.
+    from oahu import OAHU
+
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((300, 3, 20)).astype(np.float32)
+    models = []
+    for cutoff in (arrays.SMALL_PRODUCT_ROWS, 0):
+        monkeypatch.setattr(arrays, "SMALL_PRODUCT_ROWS", cutoff)
+        model = OAHU(
+            20, hidden_width=16, preprocess="none", device="cpu", step_engine="device", seed=0,
+            batch_size=batch_size, batch_ramp=1,
+        )  # fmt: skip
+        model.learn_triplets(rows[:, 0], rows[:, 1], rows[:, 2])
+        models.append(model)
+    broadcast, blas = models
+    assert broadcast.updates == blas.updates >= 300 // batch_size
+    for name, t in blas.network.tensors().items():
+        torch.testing.assert_close(broadcast.network.tensors()[name], t, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(broadcast.alpha, blas.alpha, atol=1e-5)

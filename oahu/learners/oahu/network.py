@@ -33,10 +33,12 @@ from oahu.learners.oahu.arrays import (
     concat,
     host_view,
     namespace,
+    product,
     relu_,
     relu_backward,
     row_norms,
     times_transposed,
+    transposed_product,
 )
 from oahu.learners.oahu.config import OAHUConfig
 
@@ -234,7 +236,8 @@ class MultiDepthNetwork:
                     add_outer_(param, a, b, -lr)
             return 1.0
         steps = [
-            (param, b.sum(0) if a is None else a.swapaxes(-1, -2) @ b) for param, a, b in gradients
+            (param, b.sum(0) if a is None else transposed_product(a, b))
+            for param, a, b in gradients
         ]
         xp = namespace(cache.x)
         change = lr * xp.sqrt(sum((d * d).sum() for _, d in steps))
@@ -265,7 +268,7 @@ class MultiDepthNetwork:
         n_layers = len(weights)
         if not n_layers:
             return
-        grad_hidden = grad_raw[1:] @ heads  # (L, m, H), before Θ moves
+        grad_hidden = product(grad_raw[1:], heads)  # (L, m, H), before Θ moves
         yield heads, grad_raw[1:], cache.hidden  # Eq. 21
         grad_h = grad_hidden[n_layers - 1]
         for l in range(n_layers - 1, -1, -1):
@@ -273,6 +276,6 @@ class MultiDepthNetwork:
             below = cache.hidden[l - 1] if l else cache.x
             if l:
                 # Eq. 22: layer l's input gradient collects every deeper head's loss.
-                grad_h = grad_hidden[l - 1] + grad_z @ weights[l]
+                grad_h = grad_hidden[l - 1] + product(grad_z, weights[l])
             yield weights[l], grad_z, below
             yield biases[l], None, grad_z
