@@ -98,7 +98,8 @@ def times_transposed(x: Array, w: Array) -> Array:
 # not a BLAS call. cuBLAS runs a product of a dozen rows (a strict step's, by weights of 128-200
 # columns) as one thread block of 32 rows that walks the shared axis alone, latency-bound at
 # 40-50 µs on an H200, where the same arithmetic compiled as one reduction spreads over the
-# device: a strict device step went from 241 to 61 µs of kernel time per update.
+# device: a strict device step went from 241 to 63 µs of kernel time per update. (The weights'
+# outer-product steps, aᵀb over the same rows, take cuBLAS kernels of 32×32 tiles, 3 µs each.)
 SMALL_PRODUCT_ROWS = 32
 _SMALL_PRODUCT_DEVICES = ("cuda",)
 
@@ -164,9 +165,6 @@ def add_outer_(out: Array, a: Array, b: Array, alpha: float) -> None:
     >>> w.tolist()
     [[0.5, 1.0, 1.5], [1.0, 2.0, 3.0]]
     """
-    if _broadcast(a, a.shape[0]):
-        out.add_(_outer_sum(a, b), alpha=alpha)
-        return
     if isinstance(out, torch.Tensor):
         out.addmm_(a.T, b, alpha=alpha)
         return
@@ -176,32 +174,11 @@ def add_outer_(out: Array, a: Array, b: Array, alpha: float) -> None:
         raise RuntimeError("add_outer_: the update was not in place (out must be float32, C order)")
 
 
-def transposed_product(a: Array, b: Array) -> Array:
-    """``aᵀ b`` over the last two axes, a sum of outer products over the rows: a (..., m, r),
-    b (..., m, c) into (..., r, c).
-
-    >>> a, b = torch.ones(2, 3), torch.arange(4.0).reshape(2, 2)
-    >>> transposed_product(a, b).tolist()
-    [[2.0, 4.0], [2.0, 4.0], [2.0, 4.0]]
-    """
-    if _broadcast(a, a.shape[-2]):
-        return _outer_sum(a, b)
-    return a.swapaxes(-1, -2) @ b
-
-
-def _outer_sum(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """aᵀ b as a broadcast and a sum over the rows (see SMALL_PRODUCT_ROWS)."""
-    return (a.unsqueeze(-1) * b.unsqueeze(-2)).sum(-3)
-
-
 def add_batched_outer_(out: Array, a: Array, b: Array, alpha: float) -> None:
     """``out[i] += alpha · a[i]ᵀ b[i]`` for every i, in place: (n, m, r), (n, m, c) into (n, r, c).
 
     On numpy, one :func:`add_outer_` per i (the n depths of a network).
     """
-    if _broadcast(a, a.shape[1]):
-        out.add_(_outer_sum(a, b), alpha=alpha)
-        return
     if isinstance(out, torch.Tensor):
         out.baddbmm_(a.transpose(1, 2), b, alpha=alpha)
         return

@@ -38,7 +38,6 @@ from oahu.learners.oahu.arrays import (
     relu_backward,
     row_norms,
     times_transposed,
-    transposed_product,
 )
 from oahu.learners.oahu.config import OAHUConfig
 
@@ -236,8 +235,7 @@ class MultiDepthNetwork:
                     add_outer_(param, a, b, -lr)
             return 1.0
         steps = [
-            (param, b.sum(0) if a is None else transposed_product(a, b))
-            for param, a, b in gradients
+            (param, b.sum(0) if a is None else a.swapaxes(-1, -2) @ b) for param, a, b in gradients
         ]
         xp = namespace(cache.x)
         change = lr * xp.sqrt(sum((d * d).sum() for _, d in steps))
