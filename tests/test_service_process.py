@@ -40,7 +40,8 @@ def learner_pid(service: ServiceProcess) -> int:
 def gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
+        # Reaped before the open, or between the open and the read (ESRCH): gone either way.
         return True
     return state in ("Z", "X")  # exited, not yet reaped by whoever adopted it
 
