@@ -96,6 +96,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited: no /proc entry (reaped), or a zombie or dead task not
+    yet reaped by whoever adopted it."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        # Reaped before the open, or between the open and the read (ESRCH): gone either way.
+        return True
+    return state in ("Z", "X")
+
+
 def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.05) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
     deadline = time.monotonic() + timeout

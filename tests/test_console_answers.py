@@ -18,6 +18,7 @@ import pytest
 from service_support import (
     ServiceProcess,
     assert_same_model,
+    gone,
     make_stream,
     train_reference,
     wait_until,
@@ -25,7 +26,7 @@ from service_support import (
 from test_service_kafka import produce, read_topic, unique
 from test_service_kafka import service as kafka_service
 from test_service_poison_records import DiscardingLink
-from test_service_process import gone, learner_pid
+from test_service_process import learner_pid
 
 from oahu.connectors.answered import MAX_ANSWERED, AnsweredQuestions, question_of
 from oahu.connectors.answers_log import ANSWERS_FILE, AnswersLog

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from group_support import assert_each_once, checkpointed, leader, prepared, replayed, start_of
 from kafka import KafkaConsumer, TopicPartition
-from service_support import assert_same_model, make_stream
+from service_support import assert_same_model, gone, make_stream
 from test_service_kafka import create_topic, read_topic, unique
 
 from oahu.connectors.kafka_sink import KafkaSink
@@ -52,14 +52,6 @@ def _wait_consumed(rank0: LearnerProcess, at_least: int, seconds: float) -> None
     _wait(done, seconds, f"{at_least} records consumed")
 
 
-def _gone(pid: int) -> bool:
-    """The process has exited (a zombie waiting for its parent counts)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
-
-
 @pytest.mark.timeout(180)
 def test_kill_9_of_random_members_loses_and_repeats_nothing(kafka_bootstrap, tmp_path):
     stream_file = make_stream(tmp_path, N_RECORDS, seed=3)
@@ -92,7 +84,7 @@ def test_kill_9_of_random_members_loses_and_repeats_nothing(kafka_bootstrap, tmp
         assert rank0.finished.wait(30)  # the whole group goes down, rank 0 exits non-zero
         assert rank0.error is not None
         for pid in pids:  # no member outlives the group
-            _wait(lambda pid=pid: _gone(pid), 10, f"pid {pid} to exit")
+            _wait(lambda pid=pid: gone(pid), 10, f"pid {pid} to exit")
     rank0 = leader(config, start_of(config, new))
     _wait_consumed(rank0, N_RECORDS, 90)
     rank0.stop()  # a clean stop: the final cut, then exit 0

@@ -16,11 +16,12 @@ from group_support import assert_each_once, checkpointed, prepared, replayed
 from service_support import (
     ServiceProcess,
     assert_same_model,
+    gone,
     make_stream,
     train_reference,
     wait_until,
 )
-from test_service_process import gone, learner_pid
+from test_service_process import learner_pid
 
 from oahu.connectors.file_source import FileSource
 from oahu.service.catalog import base_items

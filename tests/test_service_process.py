@@ -14,6 +14,7 @@ from service_support import (
     assert_same_model,
     crash_and_resume,
     failing_learner,
+    gone,
     make_stream,
     train_reference,
     wait_until,
@@ -35,15 +36,6 @@ def learner_pid(service: ServiceProcess) -> int:
         if b"spawn_main" in Path(f"/proc/{child}/cmdline").read_bytes():
             return int(child)
     raise AssertionError("the service has no learner process")
-
-
-def gone(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        # Reaped before the open, or between the open and the read (ESRCH): gone either way.
-        return True
-    return state in ("Z", "X")  # exited, not yet reaped by whoever adopted it
 
 
 def test_kill_9_takes_the_learner_with_it_and_a_restart_learns_each_constraint_once(tmp_path):
