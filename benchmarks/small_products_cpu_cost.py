@@ -22,7 +22,8 @@ import statistics
 import sys
 import time
 import timeit
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,25 +51,23 @@ STRICT_PRODUCTS = (
 )
 
 
-def _plain_times_transposed(x: Any, w: Any) -> Any:
-    """``arrays.times_transposed`` as it was before the dispatch."""
-    if (
-        isinstance(x, np.ndarray)
-        and x.shape[-2] in arrays._TRANSPOSED_ROWS
-        and arrays._transposed_form_agrees(x.shape[-2], w.shape)
-    ):
-        return np.ascontiguousarray((w @ x.swapaxes(-1, -2)).swapaxes(-1, -2))
-    return x @ w.swapaxes(-1, -2)
-
-
 def _plain_product(a: Any, b: Any) -> Any:
     return a @ b
 
 
-VARIANTS = {
-    "dispatch": (network.product, network.times_transposed),
-    "plain": (_plain_product, _plain_times_transposed),
-}
+# The product each variant computes with: ``times_transposed`` (in arrays) and the backward
+# products (in network) both call the module-level ``product`` of their module.
+VARIANTS = {"dispatch": arrays.product, "plain": _plain_product}
+
+
+@contextmanager
+def products(variant: str) -> Iterator[None]:
+    """Make the network's products go through ``variant``'s product, then the dispatch again."""
+    arrays.product = network.product = VARIANTS[variant]
+    try:
+        yield
+    finally:
+        arrays.product = network.product = VARIANTS["dispatch"]
 
 
 def per_call(calls: int) -> dict[str, dict[str, float]]:
@@ -82,9 +81,10 @@ def per_call(calls: int) -> dict[str, dict[str, float]]:
         b = rng.standard_normal(b_shape, dtype=np.float32)
         best = {variant: float("inf") for variant in VARIANTS}
         for _ in range(5):
-            for variant, (product, times_transposed) in VARIANTS.items():
-                fn = times_transposed if name == "times_transposed" else product
-                seconds = timeit.timeit(lambda fn=fn, a=a, b=b: fn(a, b), number=calls)
+            for variant in VARIANTS:
+                with products(variant):
+                    fn = arrays.times_transposed if name == "times_transposed" else network.product
+                    seconds = timeit.timeit(lambda fn=fn, a=a, b=b: fn(a, b), number=calls)
                 best[variant] = min(best[variant], seconds / calls * 1e6)
         out[f"{name} {a_shape} {b_shape}"] = best
     return out
@@ -114,16 +114,13 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         rates: dict[str, list[float]] = {name: [] for name in VARIANTS}
         for r in range(args.rounds):
             for name in sorted(VARIANTS, reverse=bool(r % 2)):  # alternate which goes first
-                network.product, network.times_transposed = VARIANTS[name]
-                try:
+                with products(name):
                     model = OAHU(stream.n_features, batch_size=batch, seed=args.seed)
                     model.prepare(stream.X[stream.dev_idx])
                     model.learn(stream.kind, stream.features(0, WARM_UP))
                     started = time.perf_counter()
                     model.learn(stream.kind, stream.features(WARM_UP, WARM_UP + n))
                     rates[name].append(n / (time.perf_counter() - started))
-                finally:
-                    network.product, network.times_transposed = VARIANTS["dispatch"]
         medians = {name: statistics.median(v) for name, v in rates.items()}
         out["runs"][f"B={batch}"] = {
             "constraints": n,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.small_products_cpu_cost import STRICT_PRODUCTS, VARIANTS, per_call
+from benchmarks.small_products_cpu_cost import STRICT_PRODUCTS, VARIANTS, per_call, products
+from oahu.learners.oahu import arrays, network
 
 
 def test_the_plain_products_are_the_dispatch_to_the_bit_on_the_cpu():
@@ -13,9 +14,14 @@ def test_the_plain_products_are_the_dispatch_to_the_bit_on_the_cpu():
     for name, a_shape, b_shape in STRICT_PRODUCTS:
         a = rng.standard_normal(a_shape, dtype=np.float32)
         b = rng.standard_normal(b_shape, dtype=np.float32)
-        index = 1 if name == "times_transposed" else 0
-        dispatch, plain = (VARIANTS[v][index](a, b) for v in ("dispatch", "plain"))
-        assert np.array_equal(dispatch, plain), name
+        results = []
+        for variant in ("dispatch", "plain"):
+            with products(variant):
+                assert arrays.product is network.product is VARIANTS[variant]
+                fn = arrays.times_transposed if name == "times_transposed" else network.product
+                results.append(fn(a, b))
+        assert np.array_equal(*results), name
+    assert arrays.product is network.product is VARIANTS["dispatch"]  # put back
 
 
 def test_every_product_is_timed_through_both():
