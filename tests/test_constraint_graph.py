@@ -153,25 +153,62 @@ def test_an_item_keeps_the_embedding_of_its_latest_mention(per_call: int) -> Non
 
 
 @pytest.mark.parametrize("per_call", [2, 5, 64])
-def test_a_micro_batch_holds_what_one_triplet_at_a_time_holds(per_call: int) -> None:
-    """Blocks of more than a few triplets write their held rows and embeddings in one step (the
-    last mention of a slot wins); with a reservoir of 16 among ~100 items, slots change hands
-    within a block, and everything held, known and drawn matches triplets fed one by one."""
+@pytest.mark.parametrize("knowledge", [200_000, 40])
+def test_a_micro_batch_holds_what_one_triplet_at_a_time_holds(
+    per_call: int, knowledge: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks of more than a few triplets are learned phase by phase and write their held rows
+    and embeddings in one step (the last mention of a slot wins); with a reservoir of 16 among
+    ~100 items, slots change hands within a block, and everything held, known, linked and drawn
+    matches triplets fed one by one. With knowledge of 40 items, old items are forgotten and
+    components renumbered along the way, and blocks where that happens are learned in order."""
     rng = np.random.default_rng(5)
     values = rng.integers(0, 100, size=(300, 3)).astype(np.float32)
     rows = values[:, :, None]
     embeddings = rng.normal(size=(1, 3, 300, 2)).astype(np.float32)
-    one, batched = graph(capacity=16, seed=9), graph(capacity=16, seed=9)
+
+    def new() -> ConstraintGraph:
+        return ConstraintGraph(16, 1, 1, 2, np.random.default_rng(9), knowledge=knowledge)
+
+    one, batched = new(), new()
+    as_block = []
+    observe_block = ConstraintGraph._observe_block
+    monkeypatch.setattr(
+        ConstraintGraph,
+        "_observe_block",
+        lambda g, flat: as_block.append(len(flat)) or observe_block(g, flat),
+    )
     for i in range(300):
         one.observe(rows[i : i + 1], embeddings[:, :, i : i + 1])
     for start in range(0, 300, per_call):
         stop = start + per_call
         batched.observe(rows[start:stop], embeddings[:, :, start:stop])
+        assert batched.held_links == _held_links_as_derived(batched), f"after {stop}"
     assert batched.size == one.size == 16 and batched.seen == one.seen
     assert np.array_equal(batched.keys, one.keys) and np.array_equal(batched.rows, one.rows)
     assert np.array_equal(batched.embeddings, one.embeddings)
-    assert np.array_equal(batched.component, one.component) and batched.known == one.known
+    assert np.array_equal(batched.component, one.component)
+    assert list(batched.known.items()) == list(one.known.items())  # recency order too
+    assert batched.links == one.links and batched.count == one.count
+    assert batched.members == one.members and batched.held_links == one.held_links
+    assert batched.contradictions == one.contradictions > 0
     assert batched.rng.integers(0, 2**32) == one.rng.integers(0, 2**32)
+    # Blocks of 4 or more were learned phase by phase where they could forget nothing: with
+    # knowledge of 40, the first two blocks of 5 (15 mentions each, at most 30 items known).
+    blocks = 300 // per_call + (300 % per_call > 0)
+    expected = {(2, 200_000): 0, (5, 200_000): blocks, (64, 200_000): blocks, (5, 40): 2}
+    assert len(as_block) == expected.get((per_call, knowledge), 0)
+    if knowledge == 40:
+        assert len(one.known) == 40  # items were forgotten
+
+
+def test_a_generator_draws_an_array_of_bounds_as_one_call_per_bound() -> None:
+    """What observing a block relies on to draw the reservoir's slots for the whole block."""
+    bounds = np.arange(5, 3000) ** 2
+    one, at_once = np.random.default_rng(7), np.random.default_rng(7)
+    by_one = [int(one.integers(0, bound)) for bound in bounds.tolist()]
+    assert at_once.integers(0, bounds).tolist() == by_one
+    assert at_once.integers(0, 2**62) == one.integers(0, 2**62)
 
 
 def _held_links_as_derived(g: ConstraintGraph) -> dict[int, set[int]]:

@@ -41,6 +41,9 @@ MiningRun = tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]
 MINE_AHEAD = 32
 # Up to this many held mentions per block are written one by one, in stream order.
 _WRITE_IN_ORDER = 12
+# Blocks of at least this many triplets are observed phase by phase (_observe_block); a strict
+# step's one triplet costs less in order.
+_OBSERVE_AS_BLOCK = 4
 
 
 def row_keys(rows: np.ndarray) -> np.ndarray:
@@ -155,9 +158,22 @@ class ConstraintGraph:
         embeddings, (n_depths, 3, n, E)) as reservoir sampling decides; returns the slots whose
         row and embedding it wrote (a slot once per write)."""
         keys = row_keys(triplets)
-        held: list[tuple[int, int, int]] = []  # (slot, triplet, role) of each held mention
-        # The hot loop of a micro-batch step (one pass of Python per triplet): bound names and
-        # the common cases (an item already held, a component that is its own root) inline.
+        if len(keys) >= _OBSERVE_AS_BLOCK and self._block_forgets_nothing(len(keys)):
+            held = self._observe_block(keys.ravel().tolist())
+        else:
+            held = self._observe_in_order(keys)
+        if not held:
+            return np.zeros(0, np.int64)
+        self._store(held, triplets, embeddings)
+        return np.fromiter((slot for slot, _, _ in held), np.int64, len(held))
+
+    def _observe_in_order(self, keys: np.ndarray) -> list[tuple[int, int, int]]:
+        """:meth:`observe` one triplet after the other (item keys (n, 3)): the (slot, triplet,
+        role) of each held mention. Correct everywhere, including where old items are forgotten
+        or components renumbered along the way."""
+        held: list[tuple[int, int, int]] = []
+        # The hot loop of a strict step: bound names and the common cases (an item already
+        # held, a component that is its own root) inline.
         known, parent, slot_of, mention = self.known, self.parent, self.slot_of, self._mention
         for i, (ka, kp, kn) in enumerate(keys.tolist()):
             mention(ka)  # may forget old items and renumber components
@@ -180,10 +196,90 @@ class ConstraintGraph:
                     slot = self._place(key)
                 if slot is not None:
                     held.append((slot, i, role))
-        if not held:
-            return np.zeros(0, np.int64)
-        self._store(held, triplets, embeddings)
-        return np.fromiter((slot for slot, _, _ in held), np.int64, len(held))
+        return held
+
+    def _block_forgets_nothing(self, n: int) -> bool:
+        """Whether ``n`` triplets can be learned without forgetting an item or renumbering the
+        components on the way: then the order of mentions, unions and holds within the block
+        changes no outcome, and :meth:`_observe_block` may take them phase by phase."""
+        return (
+            len(self.known) + 3 * n <= self.knowledge
+            and len(self.parent) + n <= 2 * self.knowledge  # a triplet adds one parent at most
+        )
+
+    def _observe_block(self, flat: list[int]) -> list[tuple[int, int, int]]:
+        """:meth:`observe` for a block that forgets nothing (item keys, three per triplet, in
+        stream order), in three phases of plain loops instead of one pass of method calls per
+        triplet. It ends in the state :meth:`_observe_in_order` would reach:
+
+        * mentions: each item moves to the end of the recency order in the order of its last
+          mention, and new items are numbered in the order of their first;
+        * unions and links, triplet by triplet (their order decides which contradict);
+        * holds, mention by mention (reservoir sampling's draws follow the mentions of items
+          not held). A hold records its item's root after the block's unions, which is where
+          the unions would have moved it.
+        """
+        known, count = self.known, self.count
+        ids: dict[int, int] = {}
+        for key in dict.fromkeys(flat):  # distinct, in order of first mention
+            component = known.pop(key, None)
+            if component is None:
+                component = self.next_component
+                self.next_component += 1
+                count[component] = 1
+            ids[key] = component
+        known.update((key, ids[key]) for key in reversed(dict.fromkeys(reversed(flat))))
+
+        parent, links, find = self.parent, self.links, self._find
+        merge, link = self._merge, self._link
+        components = iter([ids[key] for key in flat])
+        for a, p, n in zip(components, components, components, strict=True):
+            if a in parent:
+                a = find(a)
+            if p in parent:
+                p = find(p)
+            if a != p:
+                a = merge(a, p)
+            if n in parent:
+                n = find(n)
+            if n not in links.get(a, ()):  # known already: nothing to add
+                link(a, n)
+        return self._hold_block(flat)
+
+    def _hold_block(self, flat: list[int]) -> list[tuple[int, int, int]]:
+        """The holds of :meth:`_observe_block`: (slot, triplet, role) of each held mention. Once
+        the reservoir is full every item not held draws a slot; those draws are made for the
+        whole block at once and the generator is then moved on by the draws used, which leaves
+        it where one draw per item would (``Generator.integers`` with an array of bounds draws
+        as one call per bound does)."""
+        rng, slot_of, capacity = self.rng, self.slot_of, self.capacity
+        draws: list[int] = []
+        if self.size == capacity:
+            state = rng.bit_generator.state
+            bounds = np.arange(self.seen + 1, self.seen + 1 + len(flat))
+            draws = rng.integers(0, bounds).tolist()
+            rng.bit_generator.state = state
+        used = 0
+        held: list[tuple[int, int, int]] = []
+        for position, key in enumerate(flat):
+            slot = slot_of.get(key)
+            if slot is None:
+                if draws:
+                    self.seen += 1
+                    slot = draws[used]
+                    used += 1
+                    if slot >= capacity:
+                        continue
+                    self._release(slot)
+                    self._hold(key, slot)
+                else:
+                    slot = self._place(key)
+                    if slot is None:
+                        continue
+            held.append((slot, position // 3, position % 3))
+        if used:
+            rng.integers(0, bounds[:used])
+        return held
 
     def _store(
         self, held: list[tuple[int, int, int]], triplets: np.ndarray, embeddings: np.ndarray
@@ -270,6 +366,11 @@ class ConstraintGraph:
             if slot >= self.capacity:
                 return None
             self._release(slot)
+        self._hold(key, slot)
+        return slot
+
+    def _hold(self, key: int, slot: int) -> None:
+        """Put the item in the free ``slot``."""
         root = self._find(self.known[key])
         self.keys[slot] = key
         self.component[slot] = root
@@ -277,7 +378,6 @@ class ConstraintGraph:
             self._start_holding(root)
         self.members[root] = self.members.get(root, 0) + 1
         self.slot_of[key] = slot
-        return slot
 
     def _start_holding(self, root: int) -> None:
         """``root`` gets its first held item: its links to held roots become usable by mining."""
