@@ -380,6 +380,26 @@ def test_a_reservoir_larger_than_the_items_a_stream_names_changes_nothing(triple
     assert not torch.equal(tight.network.head0, roomy.network.head0)  # once it fills, it counts
 
 
+@pytest.mark.parametrize("engine, batch_size", [("update", 64), ("device", 1), ("device", 64)])
+def test_the_graph_knows_an_item_once_however_the_stream_is_cut(engine, batch_size) -> None:
+    """A block's projection rounds an item's row by how many rows it projects at once; the
+    graph must still know the item, named in blocks of different sizes, as one item, or its
+    similar and dissimilar items are never joined to it (here 800 constraints of digits name
+    654 items; keyed by their projections, 1,500 constraints named 835 and blocks of 64 made
+    1,558 of them)."""
+    from oahu.learners.oahu.constraint_graph import row_keys
+    from oahu.streams.benchmark_stream import build_stream
+
+    stream = build_stream("digits", n_constraints=800, seed=0)
+    rows = stream.features(0, len(stream))
+    model = OAHU(stream.n_features, batch_size=batch_size, step_engine=engine, device="cpu")
+    model.prepare(stream.X[stream.dev_idx])
+    model.learn(stream.kind, rows)
+    named = set(row_keys(rows).ravel().tolist())
+    assert len(named) == 654
+    assert set(model.update_step.graph.known) == named
+
+
 def test_replay_and_mining_change_what_is_learned(triplets) -> None:
     plain, full = small(replay=0, mined=0), small()
     learn(plain, triplets)

@@ -153,11 +153,19 @@ class ConstraintGraph:
         """Pairs of components known to be dissimilar."""
         return sum(len(v) for v in self.links.values()) // 2
 
-    def observe(self, triplets: np.ndarray, embeddings: np.ndarray) -> np.ndarray:
+    def observe(
+        self, triplets: np.ndarray, embeddings: np.ndarray, keys: np.ndarray | None = None
+    ) -> np.ndarray:
         """Learn what triplets (n, 3, d) reveal, in order, and hold their items (with their
         embeddings, (n_depths, 3, n, E)) as reservoir sampling decides; returns the slots whose
-        row and embedding it wrote (a slot once per write)."""
-        keys = row_keys(triplets)
+        row and embedding it wrote (a slot once per write).
+
+        ``keys`` (n, 3) say which item each row is, by default :func:`row_keys` of the rows
+        themselves. A learner that preprocesses its rows passes the keys of the rows it was
+        given: a block's projection rounds a row differently by how many rows it projects at
+        once, so the same item would come back as another one from a block of another size.
+        """
+        keys = row_keys(triplets) if keys is None else keys
         if len(keys) >= _OBSERVE_AS_BLOCK and self._block_forgets_nothing(len(keys)):
             held = self._observe_block(keys.ravel().tolist())
         else:

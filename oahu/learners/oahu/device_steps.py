@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
+from oahu.learners.oahu.constraint_graph import row_keys
 from oahu.learners.oahu.device_mining import DeviceMining
 from oahu.learners.oahu.hedge import hedge_update
 from oahu.learners.oahu.host_transfers import HostBuffers, InFlight
@@ -338,6 +339,8 @@ class DeviceResidentSteps:
         then queue the copies of its outcomes to the host."""
         step, config = self.step, self.step.config
         new = step.project(rows)
+        # The graph knows items by the rows given, not by their projection (see UpdateStep).
+        keys = row_keys(rows) if self.mining is not None else None
         n, features = len(new), new.shape[2]
         k, b = len(sizes), self.width
         firsts = np.cumsum(sizes) - sizes  # each update's first row in the block
@@ -388,6 +391,7 @@ class DeviceResidentSteps:
         return _Block(
             start,
             new,
+            keys,
             (update, place),
             insert,
             rates,
@@ -425,7 +429,8 @@ class DeviceResidentSteps:
             where = rows[0] * self.width + rows[1]
             fresh = fresh[: len(where)] if where[-1] == len(where) - 1 else fresh[where]
             fresh = fresh if ok.all() else fresh[ok]
-            written = step.graph.observe(block.new[ok], fresh.transpose(1, 2, 0, 3))
+            keys = block.keys[ok]
+            written = step.graph.observe(block.new[ok], fresh.transpose(1, 2, 0, 3), keys)
             self.mining.written(step.graph, written)
         step.prequential.update(correct, combined)
         step.learned += int(ok.sum())
@@ -541,6 +546,7 @@ class _Block(NamedTuple):
 
     start: int  # its first row in the rows being learned
     new: np.ndarray  # its triplets, preprocessed (n, 3, width)
+    keys: np.ndarray | None  # their items' keys as given (n, 3), where the graph mines
     rows: tuple[np.ndarray, np.ndarray]  # each triplet's (update, place in the update)
     insert: np.ndarray  # the reservoir slot drawn for each
     rates: np.ndarray  # the step size of each update

@@ -40,7 +40,7 @@ import torch
 from oahu.constraint_kinds import TRIPLET_AS_QUADRUPLET
 from oahu.learners.oahu.arrays import Array, concat, namespace
 from oahu.learners.oahu.config import OAHUConfig
-from oahu.learners.oahu.constraint_graph import ConstraintGraph
+from oahu.learners.oahu.constraint_graph import ConstraintGraph, row_keys
 from oahu.learners.oahu.hedge import HedgeSignal, hedge_update
 from oahu.learners.oahu.loss import DepthLoss, constraint_distances, embedding_gradient
 from oahu.learners.oahu.network import ForwardCache, MultiDepthNetwork
@@ -150,6 +150,9 @@ class UpdateStep:
         """
         n_new, n_roles = block.shape[:2]
         new = self.project(block)
+        # Items are known to the graph by the rows the stream gave: a projection's rounding
+        # depends on the block's size, and the same item must be the same item in every block.
+        keys = row_keys(block) if self.config.mined and n_roles == 3 else None
         rows, slots = self.with_memories(new) if extras else (new, _NO_SLOTS)
         cache, f = self.forward(rows)
         diffs, dists = constraint_distances(f, n_roles)
@@ -188,7 +191,7 @@ class UpdateStep:
             self.last_losses = new_loss.mean(1)
         self.hedge(new_loss)
         self.learned += n_new
-        self.remember(new, f, slots, kept)
+        self.remember(new, f, slots, kept, keys)
         return StepResult(self.as_numpy((new_loss > 0).any(0)), correct, combined, None)
 
     # ---------------------------------------------------------------- its stages
@@ -338,17 +341,23 @@ class UpdateStep:
             self.alpha = hedge_update(self.alpha, signal, self.config.beta, self.config.smoothing)
 
     def remember(
-        self, new: np.ndarray, f: Array, slots: np.ndarray, kept: np.ndarray | None = None
+        self,
+        new: np.ndarray,
+        f: Array,
+        slots: np.ndarray,
+        kept: np.ndarray | None = None,
+        keys: np.ndarray | None = None,
     ) -> None:
         """Keep the new constraints for replay and, triplets, for mining, with this step's
         embeddings (L+1, n_roles, T, E) of them, and refresh the cached embeddings of the mined
-        ones (the last rows). Quadruplets reveal no classes, so the graph learns nothing from
-        them."""
+        ones (the last rows); ``keys`` (B, 3) identify the new triplets' items to the graph.
+        Quadruplets reveal no classes, so the graph learns nothing from them."""
         n_new, n_roles = new.shape[:2]
         embeddings = self.as_numpy(f)
         fresh = embeddings[:, :, :n_new]
         if kept is not None and not kept.all():  # held back: kept out of the memories too
             new, fresh = new[kept], fresh[:, :, kept]
+            keys = None if keys is None else keys[kept]
         if self.config.replay and len(new):
             self.replay_for(n_roles).add(new)
         if not self.config.mined:
@@ -360,7 +369,7 @@ class UpdateStep:
         for role in range(3):
             self.graph.refresh(slots[:, role], mined[:, role])
         if n_roles == 3:
-            self.graph.observe(new, fresh)
+            self.graph.observe(new, fresh, keys)
 
     def replay_for(self, n_roles: int) -> ReplayReservoir:
         """The reservoir that replays constraints of ``n_roles`` items (3 or 4)."""
