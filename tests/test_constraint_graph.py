@@ -5,7 +5,8 @@ import copy
 import numpy as np
 import pytest
 
-from oahu.learners.oahu.constraint_graph import MINE_AHEAD, ConstraintGraph, row_keys
+from oahu.learners.oahu.constraint_graph import ConstraintGraph, row_keys
+from oahu.learners.oahu.graph_mining import MINE_AHEAD
 
 
 def graph(capacity: int = 64, seed: int = 0) -> ConstraintGraph:

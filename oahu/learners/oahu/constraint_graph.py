@@ -24,21 +24,14 @@ noisy annotator would produce) is not applied and is counted in ``contradictions
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
 
+from oahu.learners.oahu.graph_mining import GraphMining
+
 _NO_COMPONENT = -1
-# A run of anchors of one component that share one draw of candidates: their positions among
-# the draws, their slots, and the drawn (positives, negatives) slots.
-MiningRun = tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]
-# Anchors drawn at once when an update takes fewer mined triplets (a strict step takes two): most
-# of mining's cost is per component scanned, and one draw of MINE_AHEAD anchors scans each
-# component once for all of them. The triplets not taken yet wait, ranked by embeddings at most
-# a few updates older than a triplet mined on the spot would be.
-MINE_AHEAD = 32
 # Up to this many held mentions per block are written one by one, in stream order.
 _WRITE_IN_ORDER = 12
 # Blocks of at least this many triplets are observed phase by phase (_observe_block); a strict
@@ -67,7 +60,7 @@ def _multipliers(width: int) -> np.ndarray:
     return draw * np.uint64(2) + np.uint64(1)
 
 
-class ConstraintGraph:
+class ConstraintGraph(GraphMining):
     """Revealed similarity knowledge about up to ``knowledge`` items, a reservoir of ``capacity``
     of them, and mining among those.
 
@@ -452,126 +445,6 @@ class ConstraintGraph:
         if a in self.members and b in self.members:
             self.held_links[a].add(b)
             self.held_links[b].add(a)
-
-    # ------------------------------------------------------------------ mining
-    def mine(self, k: int, alpha: np.ndarray, candidates: int) -> tuple[np.ndarray, np.ndarray]:
-        """Up to ``k`` triplets (n, 3, d) mined as the module describes, with their items' slots
-        (n, 3), in the order their anchors were drawn; nearness is Σ_l α(l) f(l)·f(l)' between
-        the cached embeddings. Anchors without a known similar and a known dissimilar item are
-        skipped, so fewer (or none) may come back.
-
-        Anchors of one component share one scan of the reservoir for its positives and
-        negatives, and up to ``MINE_AHEAD`` of them one draw of candidates, ranked with one
-        matrix product, so that a step mining hundreds of triplets (a micro-batch's) costs a few
-        products per component rather than a pass of Python per triplet.
-        """
-        width = self.rows.shape[1]
-        weights = np.asarray(alpha, np.float32)[:, None]  # (L, 1): α on the anchors' side
-        drawn, found = [], []
-        for group, anchors, pools in self.runs(k, candidates):
-            triplets = self._nearest(anchors, *pools, weights)
-            if triplets is not None:
-                drawn.append(group[triplets[1]])
-                found.append(triplets[0])
-        if not found:
-            return np.zeros((0, 3, width), np.float32), np.zeros((0, 3), np.int64)
-        slots = np.concatenate(found)[np.argsort(np.concatenate(drawn))]
-        return self.rows[slots], slots
-
-    def runs(self, k: int, candidates: int) -> Iterator[MiningRun]:
-        """What :meth:`mine` ranks, for ranking elsewhere too (on a device,
-        :mod:`oahu.learners.oahu.device_mining`): draw ``k`` anchors and yield, run by run, the
-        positions of a run's anchors among the draws, their slots, and the run's draw of
-        candidates: at most ``candidates`` of the component's other held items and as many of
-        its known-dissimilar ones. Anchors that cannot give a triplet are left out."""
-        if k < 1 or self.size < 3 or not self.links:
-            return
-        held = self.component[: self.size]
-        anchors = self.rng.integers(0, self.size, size=k)
-        # Anchors by component, in the order each component's first anchor was drawn (not by
-        # component id: ids are renumbered by a checkpoint, and the draws must not depend on
-        # them).
-        groups: dict[int, list[int]] = {}
-        for position, root in enumerate(held[anchors].tolist()):
-            groups.setdefault(root, []).append(position)
-        members, held_links = self.members, self.held_links
-        for own, positions in groups.items():
-            linked = held_links[own]
-            # Without another held item of its component there is no positive: skip the scans.
-            if not linked or members[own] < 2:
-                continue
-            negatives = np.flatnonzero(self._linked_mask(linked, held))
-            if not len(negatives):  # its known-dissimilar components are not held now
-                continue
-            positives = np.flatnonzero(held == own)
-            # At most MINE_AHEAD anchors share one draw of candidates, however many a
-            # micro-batch mines from the component: each meets as many different ones as
-            # strict mining gives it.
-            for share in range(0, len(positions), MINE_AHEAD):
-                group = np.asarray(positions[share : share + MINE_AHEAD])
-                yield group, anchors[group], self._draw(positives, negatives, candidates)
-
-    def _draw(
-        self, positives: np.ndarray, negatives: np.ndarray, candidates: int
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """At most ``candidates`` of each (with replacement; all of them when fewer)."""
-        if candidates and len(positives) > candidates:
-            positives = positives[self.rng.integers(0, len(positives), size=candidates)]
-        if candidates and len(negatives) > candidates:
-            negatives = negatives[self.rng.integers(0, len(negatives), size=candidates)]
-        return positives, negatives
-
-    def _nearest(
-        self,
-        anchors: np.ndarray,
-        positives: np.ndarray,
-        negatives: np.ndarray,
-        weights: np.ndarray,
-    ) -> tuple[np.ndarray, np.ndarray] | None:
-        """Triplets (n, 3) of slots for ``anchors`` of one component: the nearest of the drawn
-        ``positives`` (the anchor itself excluded) and of the drawn ``negatives``, with which
-        anchors got one (None when none did)."""
-        queries = (self.embeddings[anchors] * weights).reshape(len(anchors), -1)
-        pool = self.embeddings[np.concatenate([positives, negatives])]
-        nearness = pool.reshape(len(pool), -1) @ queries.T  # (candidates, anchors)
-        near_positive = nearness[: len(positives)]
-        near_positive[positives[:, None] == anchors] = -np.inf  # not itself
-        best = near_positive.argmax(0)
-        has_positive = near_positive[best, np.arange(len(anchors))] > -np.inf
-        if not has_positive.any():
-            return None
-        nearest_negative = negatives[nearness[len(positives) :].argmax(0)]
-        triplets = np.stack([anchors, positives[best], nearest_negative], axis=1)
-        return triplets[has_positive], has_positive
-
-    def take(self, k: int, alpha: np.ndarray, candidates: int) -> tuple[np.ndarray, np.ndarray]:
-        """``k`` mined triplets (n, 3, d) and their slots (n, 3), fewer when the graph does not
-        reveal enough: the oldest waiting ones first, after mining at least ``MINE_AHEAD``
-        anchors when too few wait. A waiting triplet whose slots changed hands since it was
-        mined is dropped."""
-        if len(self.waiting) < k:
-            _, slots = self.mine(max(k - len(self.waiting), MINE_AHEAD), alpha, candidates)
-            self.waiting = np.concatenate([self.waiting, slots])
-            self.waiting_keys = np.concatenate([self.waiting_keys, self.keys[slots]])
-        slots, keys = self.waiting[:k], self.waiting_keys[:k]
-        self.waiting, self.waiting_keys = self.waiting[k:], self.waiting_keys[k:]
-        slots = slots[(self.keys[slots] == keys).all(1)]
-        return self.rows[slots], slots
-
-    def _linked_mask(self, linked: set[int], held: np.ndarray) -> np.ndarray:
-        """Which held items are in a component of ``linked``: O(len(linked) + size), where
-        ``np.isin`` would sort."""
-        if self.next_component > len(self._flags):
-            self._flags = np.zeros(2 * self.next_component, dtype=bool)
-        ids = np.fromiter(linked, np.int64, len(linked))
-        self._flags[ids] = True
-        mask = self._flags[held]
-        self._flags[ids] = False
-        return mask
-
-    def refresh(self, slots: np.ndarray, embeddings: np.ndarray) -> None:
-        """Cache newer embeddings (n_depths, n, E) of held items ``slots`` (n,)."""
-        self.embeddings[slots] = embeddings.swapaxes(0, 1)
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> dict[str, Any]:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from oahu.learners.oahu.constraint_graph import MINE_AHEAD, ConstraintGraph, MiningRun
+from oahu.learners.oahu.constraint_graph import ConstraintGraph
+from oahu.learners.oahu.graph_mining import MINE_AHEAD, MiningRun
 from oahu.learners.oahu.host_transfers import HostBuffers
 
 __all__ = ["DeviceMining", "MiningCandidates"]
