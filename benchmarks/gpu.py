@@ -444,23 +444,34 @@ def compare_cpu(stream: ConstraintStream, args: argparse.Namespace) -> dict[str,
 
 
 # ------------------------------------------------------------------ plot
-def plot(out: dict[str, Any], path: Path) -> None:
+def plot(out: dict[str, Any], path: Path) -> list[str]:
+    """Triplets/s and test error against B, one series per preset and stream length; returns
+    the series' labels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (speed, error) = plt.subplots(1, 2, figsize=(11, 4.2))
-    short = [r for r in out["runs"] if not r.get("long")]
-    for preset in dict.fromkeys(r["preset"] for r in short):
-        runs = sorted((r for r in short if r["preset"] == preset), key=lambda r: r["batch_size"])
+    # The long runs are series of their own: they learn another stream length.
+    series = dict.fromkeys((r["preset"], bool(r.get("long"))) for r in out["runs"])
+    for preset, long in series:
+        runs = sorted(
+            (r for r in out["runs"] if r["preset"] == preset and bool(r.get("long")) == long),
+            key=lambda r: r["batch_size"],
+        )
         name = preset or "default"
+        if long:
+            name = f"{name}, {out['long_constraints']:,} constraints"
         b = [r["batch_size"] for r in runs]
-        (line,) = speed.plot(b, [r["triplets_per_s"] or np.nan for r in runs], "o-", label=name)
+        marker = "s" if long else "o"
+        (line,) = speed.plot(
+            b, [r["triplets_per_s"] or np.nan for r in runs], f"{marker}-", label=name
+        )
         steady = [r["steady_triplets_per_s"] or np.nan for r in runs]
         color = line.get_color()
         speed.plot(b, steady, "x--", color=color, label=f"{name}, steady state")
-        error.plot(b, [r["error"] for r in runs], "o-", color=color, label=name)
+        error.plot(b, [r["error"] for r in runs], f"{marker}-", color=color, label=name)
         for r in runs:  # a run stopped by the clock learned fewer constraints
             error.annotate(
                 f"{r['constraints'] / 1000:,.0f}k",
@@ -475,7 +486,9 @@ def plot(out: dict[str, Any], path: Path) -> None:
     error.set(xscale="log", xlabel="batch size B", ylabel="5-NN test error")
     where = out["gpu"] or out["device"]
     cap = f", at most {out['max_seconds']:g} s each" if out.get("max_seconds") else ""
-    speed.set_title(f"{where}, up to {out['constraints']:,} constraints{cap}", fontsize=10)
+    longest = out["long_constraints"] if all(r.get("long") for r in out["runs"]) else None
+    length = f"{longest or out['constraints']:,}"
+    speed.set_title(f"{where}, up to {length} constraints{cap}", fontsize=10)
     error.set_title("5-NN test error after the run (constraints learned)", fontsize=10)
     for ax in (speed, error):
         ax.grid(True, which="both", alpha=0.3)
@@ -483,6 +496,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+    return [line.get_label() for line in speed.get_lines()]
 
 
 # ------------------------------------------------------------------ main

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from torch.autograd import DeviceType
 
-from benchmarks.gpu import count_events, flops_per_item, main
+from benchmarks.gpu import count_events, flops_per_item, main, plot
 from oahu import OAHU
 
 
@@ -45,6 +45,18 @@ def test_a_cpu_run_writes_the_contract(tmp_path):
     assert (host["batch_size"], host["constraints"]) == (64, 200)
     assert host["wall_us_per_triplet"] > 0 and len(host["own_us_per_triplet"]) == 20
     assert result["compare_cpu"]["max_weight_diff"] == 0.0  # the CPU against itself
+    assert png.stat().st_size > 0
+
+
+def test_a_plot_of_long_runs_alone_draws_them(tmp_path):
+    # An invocation of only --long runs once wrote two empty axes.
+    run = {"preset": None, "batch_size": 1024, "constraints": 1000, "long": True}
+    run |= {"triplets_per_s": 2e4, "steady_triplets_per_s": 3e4, "error": 0.11}
+    out = {"gpu": "a GPU", "device": "cuda", "constraints": 100, "long_constraints": 1000}
+    out |= {"max_seconds": 70, "runs": [run]}
+    png = tmp_path / "long.png"
+    labels = plot(out, png)
+    assert labels == ["default, 1,000 constraints", "default, 1,000 constraints, steady state"]
     assert png.stat().st_size > 0
 
 
