@@ -123,6 +123,15 @@ def join_group(
     )
 
 
+def leave_group() -> None:
+    """Tear the process group down once its last collective is done. Left to the interpreter's
+    exit, gloo's worker threads can outlive the objects they hold and abort the process
+    ("terminate called without an active exception", signal 6) after all of its work is done,
+    which rank 0 cannot tell from a member that died while learning."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
 def learner_device(learner: Learner) -> torch.device:
     """Where the learner's combined values live (the collectives run there)."""
     return learner.combine_values().averaged.device
@@ -194,6 +203,7 @@ def member_main(
         start = group.broadcast(None)
         loop = build_group_loop(config, group, start, NoServing())
         loop.run(stop)
+        leave_group()
     except BaseException:
         log.error("learning group member %d failed:\n%s", rank, traceback.format_exc())
         os._exit(1)  # the collectives of the others fail at once: the group restarts
@@ -303,6 +313,7 @@ def leader_main(config: ServiceConfig, inbox: Connection, outbox: Connection) ->
         loop.run(stop)
         members.done.set()
         members.join(config.group_timeout)
+        leave_group()
     except BaseException:
         if members is not None:
             members.done.set()
