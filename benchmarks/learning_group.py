@@ -176,8 +176,8 @@ def main() -> None:
         "benchmark": "learning_group",
         "date": datetime.date.today().isoformat(),
         "machine": machine(),
-        "shared_machine": "2 cores shared with another engineer's work during the runs; the "
-        "load averages before each run are recorded",
+        "load_note": "each run records the machine's load averages before it: whatever else "
+        "runs beside the group takes cores its members need",
         "code": code_version(),
         "command": "python benchmarks/learning_group.py " + " ".join(sys.argv[1:]),
         "stream": f"oahu make-stream --dataset fashion-mnist --constraints {args.constraints} "
