@@ -13,8 +13,9 @@ def test_the_trace_starts_at_rounding_for_the_paper_preset(tmp_path):
     main([*argv, "--trace", "1", "40", "--out", str(out)])
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["constraints"] for r in rows] == [1, 40]
-    # One paper step, computed in two float32 orders: apart by rounding, and not identical.
-    assert 0 < rows[0]["relative_difference"] < 1e-6
+    # One paper step, computed in two float32 orders: at most rounding apart (on some CPU the
+    # two orders may even agree to the bit).
+    assert 0 <= rows[0]["relative_difference"] < 1e-6
     assert rows[0]["max_weight_difference"] < 1e-6
     assert all(r["preset"] == "paper" and r["seed"] == 0 for r in rows)
 
