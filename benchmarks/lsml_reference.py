@@ -50,7 +50,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from oahu.learner import Capabilities, Learner, MetricKind
+from oahu.capabilities import Capabilities
+from oahu.learner import Learner, MetricKind
 
 DEFAULT_N_COMPONENTS = 100
 # A cap, not a budget: LSML stops by itself after 10-25 steps (module doc); 200 steps of

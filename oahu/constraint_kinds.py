@@ -1,9 +1,9 @@
 """The kinds of similarity constraint, and the roles of their items, in one place.
 
-A kind is what a learner declares it learns (:class:`oahu.learner.Capabilities`), what a stream
-file holds (:mod:`oahu.streams.stream_file`) and what a message carries
-(:mod:`oahu.connectors.constraint`). A new kind is a new entry here, a codec for it, and a learner
-declaring it.
+A kind is what a learner declares it learns (:class:`oahu.capabilities.Capabilities`), what a
+stream file holds (:mod:`oahu.streams.stream_file`) and what a message carries
+(:mod:`oahu.connectors.constraint`). A new kind is a new entry here, a codec for it, and a
+learner declaring it.
 
 A quadruplet (a, b, c, d) says D(a, b) < D(c, d) (Law, Thome and Cord, "Learning a distance
 metric from relative comparisons between quadruplets of images", IJCV 2016, Eq. 7); the other

@@ -5,13 +5,12 @@ Single-depth learners (the Mahalanobis and bilinear baselines, plain Euclidean) 
 and ``alpha == [1.0]``; OAHU has ``L + 1`` depths and learned hedge weights. Everything
 downstream (inference, evaluation, checkpoints, serving) talks only to this interface.
 
-What a learner can do is declared, not guessed: its class sets :class:`Capabilities` (the
-constraint kinds it learns, whether it builds its own constraints from labelled samples, the
-diagnostics it reports), the way river's ``_tags`` and scikit-learn's estimator tags do, and
-callers read them. Its parameters are its constructor's (``get_params``, ``clone`` and the repr
-read them from the signature, as in scikit-learn and river, unless the class declares them in
-``_param_specs``), and rebuilding a learner from a checkpoint calls the constructor with them,
-after the class's ``migrate_params`` (:mod:`oahu.persistence`).
+What a learner can do is declared, not guessed: its class sets
+:class:`~oahu.capabilities.Capabilities`, and callers read them. Its parameters are its
+constructor's (``get_params``, ``clone`` and the repr read them from the signature, as in
+scikit-learn and river, unless the class declares them in ``_param_specs``), and rebuilding a
+learner from a checkpoint calls the constructor with them, after the class's ``migrate_params``
+(:mod:`oahu.persistence`).
 
 Input validation lives here, once, so that no learner can silently learn from bad data:
 
@@ -32,7 +31,8 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from oahu.constraint_kinds import ROLES, ConstraintKind
+from oahu.capabilities import LEARN_HOOKS, STACKED_HOOKS, Capabilities
+from oahu.constraint_kinds import ROLES
 from oahu.drift import COMBINED, DETECTORS, DriftEvent, DriftMonitor
 from oahu.preprocessing import InputScaler
 
@@ -40,17 +40,6 @@ MetricKind = Literal["l2", "ip"]
 
 SKIP_NON_FINITE = "non_finite"
 SKIP_DEGENERATE = "degenerate"
-
-# The hook a learner overrides to learn each kind of constraint (checked against its declared
-# capabilities when its class is defined). A new kind adds its entry, a public ``learn_<kind>s``
-# that validates, and a branch of ``Learner.learn``.
-_LEARN_HOOKS: dict[str, str] = {
-    "triplet": "_learn_triplets",
-    "pair": "_learn_pairs",
-    "quadruplet": "_learn_quadruplets",
-}
-# The hooks Learner._learn_constraint_rows calls by default, preprocessed, one matrix per role.
-_STACKED_HOOKS = ("_learn_triplets", "_learn_quadruplets")
 
 
 @dataclass(frozen=True)
@@ -64,71 +53,6 @@ class CombineValues:
 
     averaged: torch.Tensor
     summed: np.ndarray
-
-
-@dataclass(frozen=True)
-class Diagnostic:
-    """A value a learner reports about itself besides the common counters.
-
-    ``name`` keys it in ``Learner.diagnostics()``, in ``/v1/model``'s ``diagnostics`` and in
-    ``oahu replay --json``'s ``diagnostics``; the service exports it as the Prometheus gauge
-    ``oahu_<name>`` with ``help``, labelled ``depth`` when ``per_depth`` (the value is then a
-    list with one float per depth, else one float).
-    """
-
-    name: str
-    help: str
-    per_depth: bool = False
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    """What a learner class can do; callers read this instead of inspecting the class.
-
-    ``constraint_kinds``: the kinds it learns from; the first is the kind the paper's protocol
-    feeds it (``protocol_kind``). ``learns_samples``: it builds its own constraints from labelled
-    samples (``Learner.learn_samples``), as OPML's one pass does. ``diagnostics``: what
-    ``Learner.diagnostics()`` reports. ``detects_drift``: it takes a ``drift_detector``
-    parameter, hands it to ``Learner._watch_for_drift`` and feeds its prequential mistakes to
-    ``Learner._observe_mistakes``, which watch for concept drift (:mod:`oahu.drift`).
-    ``combines_parameters``: copies of it that learned different constraints from one start can
-    be combined into one model (``Learner.combine_values`` and ``Learner.set_combined_values``,
-    implemented by ``_averaged_values`` and ``_set_averaged_values``): what a learning group of
-    several processes needs (:mod:`oahu.service.group`). ``cross_modal``: its items belong to
-    modalities, each with its own input dimension, and it learns a constraint with the modality
-    of each item (``CrossModalOAHU.learn_pair`` and ``learn_triplet``), not through ``learn``.
-    ``torch_device``: it computes on the torch device its ``device`` parameter names (``"auto"``:
-    a GPU where there is one), so that what serves its embeddings can search there too.
-
-    >>> caps = Capabilities(constraint_kinds=("pair", "triplet"))
-    >>> caps.protocol_kind, caps.learns("triplet"), caps.learns("quadruplet")
-    ('pair', True, False)
-    """
-
-    constraint_kinds: tuple[ConstraintKind, ...] = ("triplet",)
-    learns_samples: bool = False
-    diagnostics: tuple[Diagnostic, ...] = ()
-    detects_drift: bool = False
-    combines_parameters: bool = False
-    cross_modal: bool = False
-    torch_device: bool = False
-
-    def __post_init__(self) -> None:
-        unknown = set(self.constraint_kinds) - set(_LEARN_HOOKS)
-        if not self.constraint_kinds or unknown:
-            raise ValueError(
-                f"constraint_kinds: one or more of {tuple(_LEARN_HOOKS)}, got "
-                f"{self.constraint_kinds!r}"
-            )
-
-    @property
-    def protocol_kind(self) -> ConstraintKind:
-        """The kind of constraint stream the paper's protocol feeds this learner."""
-        return self.constraint_kinds[0]
-
-    def learns(self, kind: str) -> bool:
-        """Whether the learner learns from constraints of ``kind``."""
-        return kind in self.constraint_kinds
 
 
 def as_feature_matrix(x: Any, n_features: int, field: str) -> np.ndarray:
@@ -198,14 +122,14 @@ class Learner(ABC):
         """A class must implement what it declares (checked once, when it is defined)."""
         super().__init_subclass__(**kwargs)
         caps = cls.capabilities
-        needed = [_LEARN_HOOKS[kind] for kind in caps.constraint_kinds]
+        needed = [LEARN_HOOKS[kind] for kind in caps.constraint_kinds]
         needed += ["_learn_samples"] * caps.learns_samples + ["_diagnostics"] * bool(
             caps.diagnostics
         )
         needed += ["_averaged_values", "_set_averaged_values"] * caps.combines_parameters
         # A class that takes triplets and quadruplets as one array implements both kinds there.
         if cls._learn_constraint_rows is not Learner._learn_constraint_rows:
-            needed = [hook for hook in needed if hook not in _STACKED_HOOKS]
+            needed = [hook for hook in needed if hook not in STACKED_HOOKS]
         missing = [hook for hook in needed if getattr(cls, hook) is getattr(Learner, hook)]
         if missing:
             raise TypeError(f"{cls.__name__}: declares capabilities without {', '.join(missing)}")

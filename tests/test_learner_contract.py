@@ -120,7 +120,7 @@ def test_diagnostics_report_what_is_declared(name):
 
 
 def test_a_class_must_implement_what_it_declares():
-    from oahu.learner import Capabilities, Diagnostic
+    from oahu.capabilities import Capabilities, Diagnostic
     from oahu.learners.baselines.euclidean import Euclidean
 
     with pytest.raises(TypeError, match="declares capabilities without _learn_samples"):

@@ -17,8 +17,9 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
+from oahu.capabilities import Diagnostic
 from oahu.connectors.dead_letter import DEAD_LETTER_REASONS
-from oahu.learner import SKIP_DEGENERATE, SKIP_NON_FINITE, Diagnostic, Learner
+from oahu.learner import SKIP_DEGENERATE, SKIP_NON_FINITE, Learner
 
 _FAST = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25)
 _SLOW = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

@@ -6,7 +6,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from oahu.learner import Capabilities, Learner, MetricKind
+from oahu.capabilities import Capabilities
+from oahu.learner import Learner, MetricKind
 
 
 class Euclidean(Learner):

@@ -10,7 +10,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from oahu.learner import Capabilities, Learner, MetricKind
+from oahu.capabilities import Capabilities
+from oahu.learner import Learner, MetricKind
 from oahu.learners.baselines._linalg import (
     as_fortran64,
     fortran_identity,

@@ -25,8 +25,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from oahu.capabilities import Capabilities
 from oahu.checks import check_number
-from oahu.learner import Capabilities, Learner, MetricKind
+from oahu.learner import Learner, MetricKind
 from oahu.learners.baselines._linalg import (
     as_fortran64,
     fortran_identity,

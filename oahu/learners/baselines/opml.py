@@ -34,8 +34,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from oahu.capabilities import Capabilities
 from oahu.checks import check_number
-from oahu.learner import Capabilities
 from oahu.learners.baselines._linalg import (
     sym_matvec,
     sym_rank2k_update,

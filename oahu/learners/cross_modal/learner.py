@@ -32,9 +32,10 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from oahu.capabilities import Capabilities, Diagnostic
 from oahu.checks import check_int, check_number
 from oahu.generator_state import generator_state, restore_generator
-from oahu.learner import Capabilities, Diagnostic, MetricKind
+from oahu.learner import MetricKind
 from oahu.learners.cross_modal.codes import BinaryCodes
 from oahu.learners.oahu.config import OAHUConfig
 from oahu.learners.oahu.hedge import hedge_update

@@ -26,8 +26,9 @@ import numpy as np
 import torch
 from sklearn.decomposition import PCA
 
+from oahu.capabilities import Capabilities, Diagnostic
 from oahu.generator_state import generator_state, restore_generator
-from oahu.learner import Capabilities, Diagnostic, Learner
+from oahu.learner import Learner
 from oahu.learners.oahu.combine import combinable_values, set_combinable_values
 from oahu.learners.oahu.config import PRESETS, OAHUConfig, adaptation_steps
 from oahu.learners.oahu.constraint_graph import ConstraintGraph
