@@ -24,8 +24,8 @@ by the clock records ``"capped": true`` and the constraints it learned. The
 JSON is written again after every run, so a run cut short still leaves what was measured.
 
 An update of a micro-batch learner takes at most a ``batch_ramp``-th of the constraints learned
-before it (300 by default), so B = 4,096 reaches full-size updates only after 1.2 million
-constraints: within 10,000 every B > 33 makes the same updates. ``--set batch_ramp=1`` measures
+before it (1,000 by default), so B = 4,096 reaches full-size updates only after 4.1 million
+constraints: within 10,000 every B > 10 makes the same updates. ``--set batch_ramp=1`` measures
 full-size updates from the start.
 
     python benchmarks/gpu.py --out gpu.json --plot gpu.png

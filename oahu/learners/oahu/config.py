@@ -81,7 +81,7 @@ class OAHUConfig:
     batch_size: int = 1  # 1 = strict Algorithm 1; B > 1 = micro-batch
     # An update takes at most 1/batch_ramp of the constraints learned before it (ours,
     # docs/algorithms.md B3): a stream's first updates are small, and grow to batch_size.
-    batch_ramp: int = 300
+    batch_ramp: int = 1000
     # A micro-batch update moves the parameters by at most this fraction of their norm (ours,
     # docs/algorithms.md B2): B summed gradients taken at one point overshoot where B strict
     # steps would have turned, early in a stream above all.
