@@ -27,8 +27,8 @@ from typing import Any
 _EXPORTS: dict[str, str] = {
     # learners
     "Learner": "oahu.learner",
-    "Capabilities": "oahu.learner",
-    "Diagnostic": "oahu.learner",
+    "Capabilities": "oahu.capabilities",
+    "Diagnostic": "oahu.capabilities",
     "OAHU": "oahu.learners.oahu.learner",
     "OAHUConfig": "oahu.learners.oahu.config",
     "PRESETS": "oahu.learners.oahu.config",
