@@ -106,10 +106,13 @@ def test_a_streams_first_updates_grow_to_the_batch_size(triplets) -> None:
         sizes.append(min(16, -(-t // 10), 200 - t))
         t += sizes[-1]
     assert model.updates == 22 + len(sizes) and sizes[-2] == 16
-    # By default a thousandth: 40 constraints are 40 updates of one.
+    # By default a thousandth: 40 constraints are 40 updates of one; updates take two from the
+    # 1,001st constraint on and reach 16 from the 15,001st.
     default = small("default", batch_size=16)
     learn(default, triplets)
     assert default.config.batch_ramp == 1000 and default.updates == 40
+    sizes = [default.update_step.update_size(t) for t in (1_000, 1_001, 15_000, 15_001)]
+    assert sizes == [1, 2, 15, 16]
 
 
 def test_a_micro_batch_replays_and_mines_in_proportion_to_its_size(triplets) -> None:
