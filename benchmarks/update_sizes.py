@@ -39,15 +39,18 @@ def parameters(model: OAHU) -> np.ndarray:
     return np.concatenate([w.double().ravel().numpy() for w in network.values()])
 
 
-def update_moves(model: OAHU, triplets: np.ndarray) -> list[tuple[int, int, float]]:
-    """Learn ``triplets`` (n, 3, d) one update at a time; per update, the constraints learned
-    after it, its size and its relative move ‖Δθ‖ / ‖θ‖."""
+def update_moves(
+    model: OAHU, X: np.ndarray, constraints: np.ndarray
+) -> list[tuple[int, int, float]]:
+    """Learn the triplets ``constraints`` (n, 3 indices into ``X``) one update at a time; per
+    update, the constraints learned after it, its size and its relative move ‖Δθ‖ / ‖θ‖. Each
+    update's rows are gathered when it is learned, not the whole stream's at once."""
     out, done = [], 0
     before = parameters(model)
-    while done < len(triplets):
-        size = min(model.update_step.update_size(), len(triplets) - done)
-        block = triplets[done : done + size]
-        model.learn_triplets(block[:, 0], block[:, 1], block[:, 2])
+    while done < len(constraints):
+        size = min(model.update_step.update_size(), len(constraints) - done)
+        block = constraints[done : done + size]
+        model.learn_triplets(X[block[:, 0]], X[block[:, 1]], X[block[:, 2]])
         after = parameters(model)
         done += size
         move = float(np.linalg.norm(after - before) / np.linalg.norm(before))
@@ -106,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     stream = validation_stream(args.dataset, args.seed, args.constraints)
     model = OAHU(stream.n_features, seed=args.seed, step_engine="update", **settings)
     model.prepare(stream.X[stream.dev_idx])
-    triplets = stream.X[stream.constraints.reshape(-1)].reshape(len(stream.constraints), 3, -1)
-    moves = update_moves(model, triplets)
+    moves = update_moves(model, stream.X, stream.constraints)
     summary = {
         "command": "python benchmarks/update_sizes.py " + " ".join(argv or sys.argv[1:]),
         "settings": settings,

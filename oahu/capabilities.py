@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from oahu.constraint_kinds import ConstraintKind
 
-__all__ = ["LEARN_HOOKS", "STACKED_HOOKS", "Capabilities", "Diagnostic"]
+__all__ = ["LEARN_HOOKS", "Capabilities", "Diagnostic"]
 
 # The hook a learner overrides to learn each kind of constraint (checked against its declared
 # capabilities when its class is defined). A new kind adds its entry, a public ``learn_<kind>s``
@@ -22,8 +22,6 @@ LEARN_HOOKS: dict[str, str] = {
     "pair": "_learn_pairs",
     "quadruplet": "_learn_quadruplets",
 }
-# The hooks Learner._learn_constraint_rows calls by default, preprocessed, one matrix per role.
-STACKED_HOOKS = ("_learn_triplets", "_learn_quadruplets")
 
 
 @dataclass(frozen=True)

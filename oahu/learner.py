@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import torch
 
-from oahu.capabilities import LEARN_HOOKS, STACKED_HOOKS, Capabilities
+from oahu.capabilities import LEARN_HOOKS, Capabilities
 from oahu.constraint_kinds import ROLES
 from oahu.drift import COMBINED, DETECTORS, DriftEvent, DriftMonitor
 from oahu.preprocessing import InputScaler
@@ -40,6 +40,9 @@ MetricKind = Literal["l2", "ip"]
 
 SKIP_NON_FINITE = "non_finite"
 SKIP_DEGENERATE = "degenerate"
+
+# The hooks Learner._learn_constraint_rows calls by default, preprocessed, one matrix per role.
+_STACKED_HOOKS = ("_learn_triplets", "_learn_quadruplets")
 
 
 @dataclass(frozen=True)
@@ -129,7 +132,7 @@ class Learner(ABC):
         needed += ["_averaged_values", "_set_averaged_values"] * caps.combines_parameters
         # A class that takes triplets and quadruplets as one array implements both kinds there.
         if cls._learn_constraint_rows is not Learner._learn_constraint_rows:
-            needed = [hook for hook in needed if hook not in STACKED_HOOKS]
+            needed = [hook for hook in needed if hook not in _STACKED_HOOKS]
         missing = [hook for hook in needed if getattr(cls, hook) is getattr(Learner, hook)]
         if missing:
             raise TypeError(f"{cls.__name__}: declares capabilities without {', '.join(missing)}")
