@@ -110,8 +110,9 @@ class _Watch:
         self.detector = make_detector(detector)
         self.outcomes: list[bool] = []
         # (mistake rate before, constraint index, mistakes since, outcomes since, first index
-        # that counts) while a detection waits for its confirmation
-        self.pending: tuple[float, int, int, int, int] | None = None
+        # that counts, whether the update starting there is still to be looked at) while a
+        # detection waits for its confirmation
+        self.pending: tuple[float, int, int, int, int, bool] | None = None
         # (mistake rate before, constraint index) of the latest unconfirmed detection
         self.reference: tuple[float, int] | None = None
 
@@ -151,13 +152,21 @@ class _Watch:
         A confirmation counts the outcomes of later updates only: the rest of the detecting
         update was ranked by the same model, so a burst of hard constraints there says nothing
         of whether the model fails to learn them (in strict mode the next constraint is the
-        next update)."""
+        next update). Nor does the first later update when it holds more than one constraint:
+        its model has taken one step on the burst, where a strict learner has taken a step on
+        each of the burst's constraints before it ranks the next, so a burst that spans the two
+        updates around the detection would confirm itself."""
         if self.pending is not None:
-            before, since, errors, count, counts_from = self.pending
+            before, since, errors, count, counts_from, first_update = self.pending
             if index < counts_from:
                 return None
+            if first_update:
+                first_update = False
+                if end - index > 1:  # index == counts_from: this update's first constraint
+                    self.pending = (before, since, errors, count, end, first_update)
+                    return None
             errors, count = errors + mistake, count + 1
-            self.pending = (before, since, errors, count, counts_from)
+            self.pending = (before, since, errors, count, counts_from, first_update)
             if count == self.confirm:
                 self.pending = None
                 if errors / count - before >= self.min_rise:
@@ -171,7 +180,7 @@ class _Watch:
             if self.reference is not None and index - self.reference[1] <= CARRY:
                 before = min(before, self.reference[0])
             if latest and float(np.mean(recent)) > before:  # a fall is no drift to adapt to
-                self.pending = (before, index, 0, 0, end)
+                self.pending = (before, index, 0, 0, end, True)
             # The next change is measured against what follows this one.
             self.restart([])
             return None
@@ -191,10 +200,12 @@ class _Watch:
         pending = state["pending"]
         self.pending = None
         if pending is not None:
-            # Monitors saved before updates were told apart counted from the next constraint.
-            before, since, errors, count, *counts_from = pending
-            start = int(counts_from[0]) if counts_from else int(since) + 1
-            self.pending = (float(before), int(since), int(errors), int(count), start)
+            # Monitors saved before updates were told apart counted from the next constraint,
+            # and those saved before the first later update was looked at counted it.
+            before, since, errors, count, *rest = pending
+            start = int(rest[0]) if rest else int(since) + 1
+            first_update = bool(rest[1]) if len(rest) > 1 else False
+            self.pending = (float(before), int(since), int(errors), int(count), start, first_update)
         reference = state.get("reference")
         self.reference = None if reference is None else (float(reference[0]), int(reference[1]))
 

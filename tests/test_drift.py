@@ -68,6 +68,43 @@ def test_a_burst_within_one_update_is_confirmed_only_by_the_updates_after_it():
     assert len(confirmed) == 1 and 4024 <= confirmed[0] < 4024 + CONFIRM + drift.FEED
 
 
+def test_a_burst_across_the_detecting_update_and_the_next_is_not_a_drift():
+    """Updates of 256: a burst of 400 hard constraints begins late in one update (where the
+    detector fires) and fills most of the next, whose model has taken one step on the burst.
+    That update is left out of the confirmation; the updates after it, whose models learned the
+    burst, judge it. A rise that stays is still confirmed, one update later."""
+
+    def events(after_rate: float) -> list[drift.DriftEvent]:
+        rates = np.array([0.03] * 3184 + [0.55] * 400 + [after_rate] * 2560)
+        outcomes = np.random.default_rng(3).random(len(rates)) < rates  # same draws each call
+        monitor = DriftMonitor("adwin", [COMBINED])
+        found = []
+        for start in range(0, len(outcomes), 256):
+            found += monitor.update(outcomes[start : start + 256, None], ranked_together=True)
+        return found
+
+    assert events(after_rate=0.03) == []  # counted from 3,328 it would be 36% mistakes
+    (confirmed,) = events(after_rate=0.5)
+    assert 3184 <= confirmed.suspected_at < 3328  # in the update where the burst begins
+    assert confirmed.constraint == 3584 + CONFIRM - 1  # counted from the update after next
+
+
+def test_a_monitor_restored_while_it_waits_to_confirm_confirms_as_if_it_never_stopped():
+    """Saved after the update in which the detector fired (updates of 256), before the update it
+    leaves out: restored, it leaves out the same update and confirms at the same constraint."""
+    rates = np.array([0.03] * 3184 + [0.55] * 400 + [0.5] * 2560)
+    outcomes = np.random.default_rng(3).random(len(rates)) < rates
+    updates = [outcomes[start : start + 256, None] for start in range(0, len(outcomes), 256)]
+    whole, first = DriftMonitor("adwin", [COMBINED]), DriftMonitor("adwin", [COMBINED])
+    expected = [e for update in updates for e in whole.update(update, ranked_together=True)]
+    for update in updates[:13]:  # through 3,328: the burst's first update
+        assert first.update(update, ranked_together=True) == []
+    restored = DriftMonitor("adwin", [COMBINED])
+    restored.set_state(first.get_state())
+    found = [e for update in updates[13:] for e in restored.update(update, ranked_together=True)]
+    assert found == expected and [e.constraint for e in found] == [3584 + CONFIRM - 1]
+
+
 def ramp(seed: int) -> np.ndarray:
     """5% mistakes, rising linearly to 35% over 4,000 constraints (a gradual drift), then 35%."""
     rate = np.concatenate([np.full(3000, 0.05), np.linspace(0.05, 0.35, 4000), np.full(1000, 0.35)])
