@@ -89,9 +89,9 @@ def record_outcomes(learner: Learner) -> list[np.ndarray]:
     outcomes: list[np.ndarray] = []
     observe = learner._observe_mistakes
 
-    def recording(mistakes: np.ndarray, ranked_together: bool = False) -> Any:
+    def recording(mistakes: np.ndarray, update_sizes: Any = None) -> Any:
         outcomes.append(np.asarray(mistakes, dtype=bool)[:, 0].copy())
-        return observe(mistakes, ranked_together)
+        return observe(mistakes, update_sizes)
 
     learner._observe_mistakes = recording  # type: ignore[method-assign]
     return outcomes

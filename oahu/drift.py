@@ -269,13 +269,16 @@ class DriftMonitor:
         self.counts = dict.fromkeys(self.signals, 0)
 
     def update(
-        self, mistakes: np.ndarray | Sequence[Sequence[bool]], ranked_together: bool = False
+        self,
+        mistakes: np.ndarray | Sequence[Sequence[bool]],
+        update_sizes: Sequence[int] | None = None,
     ) -> list[DriftEvent]:
         """Take outcomes in stream order: ``mistakes`` (n, n_signals) bool, an array or rows,
-        True where the signal ranked the constraint wrongly; ``ranked_together``: all of them
-        were ranked by one model (one micro-batch update) rather than each by the model that
-        learned the ones before it. They reach the detectors in blocks of ``feed``; returns the
-        drifts the blocks fed now confirm, in order."""
+        True where the signal ranked the constraint wrongly; ``update_sizes``: the sizes of the
+        consecutive updates that learned them (summing to n), each update's constraints all
+        ranked by the model before it (``[n]``: one micro-batch update); None: each constraint
+        ranked by the model that learned the ones before it (strict). They reach the detectors
+        in blocks of ``feed``; returns the drifts the blocks fed now confirm, in order."""
         if isinstance(mistakes, np.ndarray):
             if mistakes.ndim != 2 or mistakes.shape[1] != len(self.signals):
                 raise ValueError(
@@ -289,12 +292,23 @@ class DriftMonitor:
                     f"mistakes: expected rows of {len(self.signals)} outcomes, got lengths "
                     f"{sorted({len(row) for row in rows})}"
                 )
-        self._waiting.extend(rows)
-        first, self.seen = self.seen, self.seen + len(rows)
-        if ranked_together:
-            self._waiting_ends.extend([self.seen] * len(rows))
+        first = self.seen
+        if update_sizes is None:
+            ends = list(range(first + 1, first + len(rows) + 1))
         else:
-            self._waiting_ends.extend(range(first + 1, self.seen + 1))
+            sizes = [int(size) for size in update_sizes]
+            if any(size < 1 for size in sizes) or sum(sizes) != len(rows):
+                raise ValueError(
+                    f"update_sizes: expected positive sizes summing to {len(rows)} (the rows of "
+                    f"mistakes), got {sizes!r}"
+                )
+            if len(sizes) == 1:  # one update, every step's case: no array work on a strict step
+                ends = [first + len(rows)] * len(rows)
+            else:
+                ends = np.repeat(first + np.cumsum(sizes), sizes).tolist()
+        self._waiting.extend(rows)
+        self.seen += len(rows)
+        self._waiting_ends.extend(ends)
         if len(self._waiting) < self.feed:
             return []
         return self._feed_waiting()

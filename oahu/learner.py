@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -165,14 +166,15 @@ class Learner(ABC):
         self.drift = DriftMonitor(detector, [COMBINED, *depths])
 
     def _observe_mistakes(
-        self, mistakes: np.ndarray, ranked_together: bool = False
+        self, mistakes: np.ndarray, update_sizes: Sequence[int] | None = None
     ) -> list[DriftEvent]:
         """Feed prequential outcomes (n, n_signals), True where a signal ranked a constraint
-        wrongly before learning it (``ranked_together``: all by one model, a micro-batch's);
-        return the drifts of the combined metric they complete."""
+        wrongly before learning it (``update_sizes``: the updates that learned them, each
+        ranked by the model before it, :meth:`DriftMonitor.update`); return the drifts of the
+        combined metric they complete."""
         if self.drift is None:
             return []
-        return [e for e in self.drift.update(mistakes, ranked_together) if e.signal == COMBINED]
+        return [e for e in self.drift.update(mistakes, update_sizes) if e.signal == COMBINED]
 
     @property
     def drift_events(self) -> list[DriftEvent]:

@@ -306,3 +306,27 @@ def test_a_block_mentions_held_items_more_often_than_the_graph_holds_items():
     assert graph.size == 16
     np.testing.assert_array_equal(mining.keys[:16].numpy(), graph.keys[:16])
     np.testing.assert_array_equal(mining.rows[:16].numpy(), graph.rows[:16])
+
+
+@pytest.mark.parametrize("batch_size", [1, 16])
+def test_the_drift_monitor_is_told_each_update_of_a_block(batch_size):
+    # A block reports many updates at once; the monitor must see them as the per-update engine
+    # makes them (each update's constraints ranked by the model before it), or it would take a
+    # block of strict updates for one micro-batch and confirm drifts later.
+    def sizes_seen(engine: str) -> list[int]:
+        model = _model(engine, batch_size=batch_size, batch_ramp=10, device_block=16)
+        seen: list[int] = []
+        original = model._observe_mistakes
+
+        def spy(mistakes, update_sizes=None):
+            assert sum(update_sizes) == len(mistakes)
+            seen.extend(int(size) for size in update_sizes)
+            return original(mistakes, update_sizes)
+
+        model._observe_mistakes = spy
+        _learn(model, _triplets(400))
+        return seen
+
+    device = sizes_seen("device")
+    assert device == sizes_seen("update")
+    assert sum(device) == 400 and max(device) == batch_size  # strict: 400 updates of one

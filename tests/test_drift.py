@@ -57,7 +57,7 @@ def test_a_burst_within_one_update_is_confirmed_only_by_the_updates_after_it():
     def events(ranked_together: bool, after_rate: float) -> list[int]:
         monitor = DriftMonitor("adwin", [COMBINED])
         monitor.update(before[:, None])
-        found = monitor.update(burst[:, None], ranked_together=ranked_together)
+        found = monitor.update(burst[:, None], [len(burst)] if ranked_together else None)
         for outcome in bernoulli([(after_rate, 2048)], 2):  # strict updates after it
             found += monitor.update([[outcome]])
         return [e.constraint for e in found]
@@ -80,7 +80,7 @@ def test_a_burst_across_the_detecting_update_and_the_next_is_not_a_drift():
         monitor = DriftMonitor("adwin", [COMBINED])
         found = []
         for start in range(0, len(outcomes), 256):
-            found += monitor.update(outcomes[start : start + 256, None], ranked_together=True)
+            found += monitor.update(outcomes[start : start + 256, None], [256])
         return found
 
     assert events(after_rate=0.03) == []  # counted from 3,328 it would be 36% mistakes
@@ -96,13 +96,38 @@ def test_a_monitor_restored_while_it_waits_to_confirm_confirms_as_if_it_never_st
     outcomes = np.random.default_rng(3).random(len(rates)) < rates
     updates = [outcomes[start : start + 256, None] for start in range(0, len(outcomes), 256)]
     whole, first = DriftMonitor("adwin", [COMBINED]), DriftMonitor("adwin", [COMBINED])
-    expected = [e for update in updates for e in whole.update(update, ranked_together=True)]
+    expected = [e for update in updates for e in whole.update(update, [256])]
     for update in updates[:13]:  # through 3,328: the burst's first update
-        assert first.update(update, ranked_together=True) == []
+        assert first.update(update, [256]) == []
     restored = DriftMonitor("adwin", [COMBINED])
     restored.set_state(first.get_state())
-    found = [e for update in updates[13:] for e in restored.update(update, ranked_together=True)]
+    found = [e for update in updates[13:] for e in restored.update(update, [256])]
     assert found == expected and [e.constraint for e in found] == [3584 + CONFIRM - 1]
+
+
+@pytest.mark.parametrize("sizes", [[1] * 64, [16] * 4, [256] * 4])
+def test_a_block_of_updates_detects_as_its_updates_given_one_at_a_time(sizes):
+    """A device-resident engine reports a block of updates at once: given each update's size,
+    the monitor detects and confirms at the same constraints as when each update comes alone."""
+    rates = np.array([0.03] * 3072 + [0.6] * 2048)  # whole blocks of every size
+    outcomes = np.random.default_rng(4).random(len(rates)) < rates
+    alone, blocks = DriftMonitor("adwin", [COMBINED]), DriftMonitor("adwin", [COMBINED])
+    block = sum(sizes)
+    found_alone, found_blocks = [], []
+    for start in range(0, len(outcomes), block):
+        part = outcomes[start : start + block, None]
+        found_blocks += blocks.update(part, sizes)
+        for offset in np.cumsum([0, *sizes[:-1]]):
+            found_alone += alone.update(part[offset : offset + sizes[0]], [sizes[0]])
+    assert found_blocks == found_alone and len(found_alone) == 1
+    assert 3072 <= found_alone[0].suspected_at < 3392
+
+
+def test_update_sizes_must_cover_the_outcomes():
+    with pytest.raises(ValueError, match=r"update_sizes: expected positive sizes summing to 3"):
+        DriftMonitor("adwin", [COMBINED]).update(np.zeros((3, 1), bool), [2, 2])
+    with pytest.raises(ValueError, match=r"got \[3, 0\]"):
+        DriftMonitor("adwin", [COMBINED]).update(np.zeros((3, 1), bool), [3, 0])
 
 
 def ramp(seed: int) -> np.ndarray:

@@ -441,7 +441,9 @@ class DeviceResidentSteps:
         skipped = int((~ok).sum())
         if not len(combined):
             return StepResult(used, None, None, skipped)
-        return StepResult(used, correct, combined, skipped or None, int(taken.sum()))
+        # rows[0][ok]: each kept outcome's update, in stream order
+        sizes = np.unique(rows[0][ok], return_counts=True)[1]
+        return StepResult(used, correct, combined, skipped or None, int(taken.sum()), sizes)
 
     def pull_graph(self) -> None:
         """Give the host's constraint graph the embeddings the device's updates cached for its

@@ -361,7 +361,8 @@ class OAHU(Learner):
         outcomes = (
             np.concatenate([combined[:, None], correct], axis=1) if self.n_depths > 1 else correct
         )
-        if self._observe_mistakes(~outcomes, ranked_together=True) and self._adaptation:
+        sizes = [len(outcomes)] if result.update_sizes is None else result.update_sizes
+        if self._observe_mistakes(~outcomes, sizes) and self._adaptation:
             self._adapt_to_drift()
 
     def _step_threads(self) -> AbstractContextManager[Any]:

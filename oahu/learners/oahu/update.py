@@ -57,8 +57,9 @@ _NO_SLOTS = np.zeros((0, 3), np.int64)  # no mined triplets: no graph slots to r
 class StepResult(NamedTuple):
     """What one update did, for the learner's counters and its drift detector.
 
-    >>> StepResult(np.array([False]), None, None, 1)  # its one constraint's loss was NaN
-    StepResult(used=array([False]), correct=None, combined=None, non_finite=1, updates=1)
+    >>> result = StepResult(np.array([False]), None, None, 1)  # its one constraint's loss was NaN
+    >>> result.correct, result.non_finite, result.updates, result.update_sizes
+    (None, 1, 1, None)
     """
 
     used: np.ndarray  # (B,) which new constraints changed the model
@@ -70,6 +71,9 @@ class StepResult(NamedTuple):
     non_finite: int | None
     # Updates taken: one, or a device-resident block's (oahu.learners.oahu.device_steps).
     updates: int = 1
+    # A block's: the constraints of each of its updates that ``correct`` holds, in order (the
+    # drift detector tells apart what each update's model ranked); None for one update.
+    update_sizes: np.ndarray | None = None
 
 
 class UpdateStep:
