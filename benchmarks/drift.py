@@ -43,6 +43,7 @@ import argparse
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def record_outcomes(learner: Learner) -> list[np.ndarray]:
     outcomes: list[np.ndarray] = []
     observe = learner._observe_mistakes
 
-    def recording(mistakes: np.ndarray, update_sizes: Any = None) -> Any:
+    def recording(mistakes: np.ndarray, update_sizes: Sequence[int] | None = None) -> Any:
         outcomes.append(np.asarray(mistakes, dtype=bool)[:, 0].copy())
         return observe(mistakes, update_sizes)
 
