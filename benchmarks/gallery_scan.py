@@ -9,7 +9,8 @@ measures how much that costs each of them, which bounds what a second replica ad
 
 - ``alone`` / ``beside``: ms per search of a synthetic gallery (``--items`` × 3 depths × 200,
   unit rows) at batches of 1, 4 and 16 queries, in one process, then in two processes at once
-  (each on one thread, as a replica's query thread runs);
+  (each on one thread, as a replica's query thread runs), multiplying through ``--products``
+  (by default the library the index chooses for this CPU; ``products`` in the JSON);
 - ``gemm``: the product alone for one depth, (Q, 200) by the index's (200, N) layout, through
   torch (MKL here) and through numpy (OpenBLAS), for Q = 1 to 32.
 
@@ -35,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
 from provenance import code_version, machine
 
-from oahu.inference.matmul import MatmulIndex
+from oahu.inference.matmul import CPU_PRODUCTS, CpuProducts, MatmulIndex, cpu_products
 from oahu.threads import use_native_threads
 
 BATCHES = (1, 4, 16)
@@ -53,12 +54,12 @@ def per_call_ms(fn: Callable[[], Any], seconds: float) -> float:
     return (time.perf_counter() - started) / n * 1e3
 
 
-def searches(items: int, seconds: float) -> dict[str, float]:
+def searches(items: int, seconds: float, products: CpuProducts) -> dict[str, float]:
     """ms per search of the exact index at each batch size, in this process."""
     rng = np.random.default_rng(0)
     gallery = rng.standard_normal((DEPTHS, items, DIM), dtype=np.float32)
     gallery /= np.linalg.norm(gallery, axis=-1, keepdims=True)
-    index = MatmulIndex(gallery)
+    index = MatmulIndex(gallery, products=products)
     out = {}
     for batch in BATCHES:
         queries = rng.standard_normal((DEPTHS, batch, DIM), dtype=np.float32)
@@ -88,12 +89,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--items", type=int, default=35_000)
     parser.add_argument("--seconds", type=float, default=4.0, help="per measurement")
+    parser.add_argument("--products", choices=CPU_PRODUCTS, default="auto",
+                        help="the library that multiplies in the searches")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     use_native_threads(1)
     if args.child:  # one of the two scanners side by side: its searches on stdout
-        print(json.dumps(searches(args.items, args.seconds)), flush=True)
+        print(json.dumps(searches(args.items, args.seconds, args.products)), flush=True)
         return {}
     out: dict[str, Any] = {
         "code_version": code_version(),
@@ -101,10 +104,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "items": args.items,
         "depths": DEPTHS,
         "dim": DIM,
-        "alone": searches(args.items, args.seconds),
+        "products": cpu_products() if args.products == "auto" else args.products,
+        "alone": searches(args.items, args.seconds, args.products),
     }
     command = [sys.executable, __file__, "--child", "--items", str(args.items),
-               "--seconds", str(args.seconds)]  # fmt: skip
+               "--seconds", str(args.seconds), "--products", args.products]  # fmt: skip
     pair = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     out["beside"] = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in pair]
     out["gemm"] = gemm(args.items, args.seconds / 2)

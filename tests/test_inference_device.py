@@ -1,6 +1,6 @@
 """The exact index on a torch device: the same neighbours as a float64 brute-force search on the
-CPU (exact ties may swap), blocked to bounded memory, and the same answers on CUDA as on the CPU
-where a GPU is present."""
+CPU (exact ties may swap) whichever library multiplies there, blocked to bounded memory, and the
+same answers on CUDA as on the CPU where a GPU is present."""
 
 from __future__ import annotations
 
@@ -66,7 +66,40 @@ def test_cpu_device_finds_the_brute_force_neighbours(metric, depths, n_items, k)
     gallery, queries = random_gallery(depths * n_items, depths, n_items, n_queries=9)
     index = make_index("exact", gallery, metric=metric, device="cpu")
     assert isinstance(index, MatmulIndex) and index.device == torch.device("cpu")
+    assert index.products == matmul.cpu_products()
     assert_same_neighbours(index.search(queries, k), gallery, queries, k, metric)
+
+
+@pytest.mark.parametrize("products", ["torch", "numpy"])
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_either_library_multiplies_to_the_brute_force_neighbours(products, metric):
+    gallery, queries = random_gallery(17, depths=3, n_items=1500, n_queries=20, dim=16)
+    index = MatmulIndex(gallery, metric=metric, products=products)
+    assert index.products == products
+    assert_same_neighbours(index.search(queries, 10), gallery, queries, 10, metric)
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "mkl", "expected"),
+    [
+        ("processor\t: 0\nvendor_id\t: GenuineIntel\n" * 2, True, "torch"),
+        ("processor\t: 0\nvendor_id\t: GenuineIntel\n", False, "numpy"),
+        ("processor\t: 0\nvendor_id\t: AuthenticAMD\n", True, "numpy"),
+        ("processor\t: 0\nvendor_id\t: HygonGenuine\n", True, "numpy"),
+        ("processor\t: 0\nCPU implementer\t: 0x41\n", True, "numpy"),  # an ARM CPU
+        ("", True, "numpy"),  # /proc/cpuinfo unreadable
+    ],
+)
+def test_cpu_products_are_torch_only_on_intel_cpus_with_mkl(cpuinfo, mkl, expected):
+    assert matmul.products_for(cpuinfo, mkl) == expected
+
+
+def test_an_unknown_product_library_is_refused_naming_it():
+    gallery, _ = random_gallery(0, depths=1, n_items=10, n_queries=1)
+    with pytest.raises(
+        ValueError, match="products: must be one of 'auto', 'torch', 'numpy', got 'mkl'"
+    ):
+        MatmulIndex(gallery, products="mkl")
 
 
 @pytest.mark.parametrize("metric", ["l2", "ip"])
@@ -102,15 +135,16 @@ def test_the_faiss_kinds_refuse_a_gpu_device():
     k=st.integers(1, 12),
     metric=st.sampled_from(["l2", "ip"]),
     integer_features=st.booleans(),
+    products=st.sampled_from(["torch", "numpy"]),
 )
 def test_any_small_gallery_gives_the_brute_force_neighbours(
-    seed, depths, n_items, n_queries, k, metric, integer_features
+    seed, depths, n_items, n_queries, k, metric, integer_features, products
 ):
     gallery, queries = random_gallery(seed, depths, n_items, n_queries, dim=4)
     if integer_features:  # small integers: many exact ties, which may swap
         gallery, queries = np.round(gallery * 2), np.round(queries * 2)
     scale = float(np.abs(gallery).max(initial=1.0)) ** 2 * 4
-    got = MatmulIndex(gallery, metric=metric, device="cpu").search(queries, k)
+    got = MatmulIndex(gallery, metric=metric, products=products).search(queries, k)
     assert_same_neighbours(got, gallery, queries, k, metric, scale)
 
 

@@ -4,11 +4,19 @@ evaluation and serving, on the CPU or on a GPU.
 faiss's flat index (:mod:`oahu.inference.flat`) scans the gallery once per query below 20
 queries (and calls its bundled BLAS above): a batch of concurrent queries then costs as much as
 answering them one by one, ~3 ms each for a 35,000-item, 6-depth gallery on the 2-core test
-box. Here a batch is one GEMM per depth (MKL through torch) into a block of queries that stays
-small (at most ``QUERY_BLOCK`` rows and ``SCORES_PER_BLOCK`` scores), then a blocked top-k
-(``smallest_k``, 4-5x faster than ``torch.topk`` over 35,000 columns); measured 2-5x cheaper than
-faiss for batches of 2-50 and ~1.5x for one query. The search is exhaustive and exact (the
-paper's kNN); only float rounding of the distance differs from faiss, which can swap exact ties.
+box. Here a batch is one GEMM per depth into a block of queries that stays small (at most
+``QUERY_BLOCK`` rows and ``SCORES_PER_BLOCK`` scores), then a blocked top-k (``smallest_k``, 4-5x
+faster than ``torch.topk`` over 35,000 columns); measured 2-5x cheaper than faiss for batches of
+2-50 and ~1.5x for one query. The search is exhaustive and exact (the paper's kNN); only float
+rounding of the distance differs from faiss, which can swap exact ties.
+
+On the CPU the GEMM goes through torch's MKL on Intel CPUs and through numpy's OpenBLAS on the
+others (``CPU_PRODUCTS``): MKL picks its fast kernels only for Intel's own CPUs. On a 2-core AMD
+EPYC a product of 4 to 32 queries by one 35,000-item depth took 1.3-2.4x longer through torch
+than through numpy, one query the same, two a fifth less, and a whole search of 4 or 16 queries
+1.6x longer (``benchmarks/gallery_scan.py``, benchmarks/README.md "Serving replicas"); on Intel
+CPUs MKL multiplied a few rows by a matrix several times faster than OpenBLAS (benchmarks/
+README.md, "Training throughput"). The top-k stays in torch, over the same memory.
 
 The same code searches on any torch device (``device="cuda"``): the gallery lives there as one
 float32 tensor, a batch of queries is copied over and only its k neighbours per depth come back.
@@ -21,13 +29,28 @@ nothing changes.
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
 import numpy as np
 import torch
 
+from oahu.checks import check_choice
 from oahu.inference.index import GalleryIndex
 from oahu.learner import MetricKind
 
-__all__ = ["BLOCK", "QUERY_BLOCK", "SCORES_PER_BLOCK", "MatmulIndex", "smallest_k"]
+__all__ = [
+    "BLOCK",
+    "CPU_PRODUCTS",
+    "QUERY_BLOCK",
+    "SCORES_PER_BLOCK",
+    "CpuProducts",
+    "MatmulIndex",
+    "cpu_products",
+    "products_for",
+    "smallest_k",
+]
 
 BLOCK = 512  # columns per block of smallest_k; the gallery is padded to a multiple of it
 # Queries per matrix product: a (QUERY_BLOCK, n_items) float32 block, 140 MB for 35,000 items
@@ -36,6 +59,42 @@ QUERY_BLOCK = 1024
 # ... and at most this many scores per product (512 MB of float32), so that a 1,000,000-item
 # gallery takes 134 queries at a time rather than 4 GB per block.
 SCORES_PER_BLOCK = 1 << 27
+
+
+CpuProducts = Literal["auto", "torch", "numpy"]
+CPU_PRODUCTS: tuple[str, ...] = ("auto", "torch", "numpy")
+
+
+@cache
+def cpu_products() -> Literal["torch", "numpy"]:
+    """The library whose BLAS multiplies on this machine's CPU (the module docstring says why):
+    ``"torch"`` where torch has MKL and the CPU is Intel's, ``"numpy"`` elsewhere, including
+    where /proc/cpuinfo cannot be read.
+
+    >>> cpu_products() in ("torch", "numpy")
+    True
+    """
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        cpuinfo = ""
+    return products_for(cpuinfo, torch.backends.mkl.is_available())
+
+
+def products_for(cpuinfo: str, mkl: bool) -> Literal["torch", "numpy"]:
+    """:func:`cpu_products` for the text of /proc/cpuinfo and whether torch has MKL.
+
+    >>> products_for("vendor_id : GenuineIntel", mkl=True)
+    'torch'
+    >>> products_for("vendor_id : AuthenticAMD", mkl=True)
+    'numpy'
+    """
+    vendors = {
+        line.partition(":")[2].strip()
+        for line in cpuinfo.splitlines()
+        if line.startswith("vendor_id")
+    }
+    return "torch" if mkl and vendors == {"GenuineIntel"} else "numpy"
 
 
 def smallest_k(
@@ -61,7 +120,8 @@ def smallest_k(
 
 class MatmulIndex(GalleryIndex):
     """Exact nearest-neighbour search by matrix products, on ``device`` (a torch device; the
-    CPU by default).
+    CPU by default). ``products`` names the library that multiplies on the CPU: ``"auto"``
+    (:func:`cpu_products`), ``"torch"`` or ``"numpy"``; a GPU always multiplies through torch.
 
     >>> emb = np.array([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]], dtype=np.float32)
     >>> index = MatmulIndex(emb, labels=np.array([0, 1, 1]))
@@ -79,22 +139,36 @@ class MatmulIndex(GalleryIndex):
         metric: MetricKind = "l2",
         ids: np.ndarray | None = None,
         device: str | torch.device = "cpu",
+        products: CpuProducts = "auto",
     ) -> None:
+        check_choice(products, "products", CPU_PRODUCTS)
         self.device = torch.device(device)
+        self.products = cpu_products() if products == "auto" else products
         super().__init__(embeddings, labels, metric, ids)
 
     def _build(self, embeddings: np.ndarray) -> None:
         emb = torch.from_numpy(embeddings).to(self.device)
         n_padded = -(-self.n_items // BLOCK) * BLOCK
+        # partial distance = bias + q·(alpha·g), smallest first: |g|² − 2q·g for l2 (|q|² added
+        # back after), −q·g for ip; padding columns are +inf and never chosen. alpha (−1 or −2)
+        # scales the gallery once, exactly (a sign and a power of two).
+        alpha = -1.0 if self.metric == "ip" else -2.0
         # (D, dim, N padded), built where it is searched: a GPU's gallery never has a host copy
         self._gallery_t = torch.zeros(self.n_depths, self.dim, n_padded, device=self.device)
-        self._gallery_t[:, :, : self.n_items] = emb.transpose(1, 2)
-        # partial distance = bias + alpha·q·g, smallest first: |g|² − 2q·g for l2 (|q|² added
-        # back after), −q·g for ip; padding columns are +inf and never chosen
-        self._alpha = -1.0 if self.metric == "ip" else -2.0
+        self._gallery_t[:, :, : self.n_items] = alpha * emb.transpose(1, 2)
         self._bias = torch.full((self.n_depths, n_padded), float("inf"), device=self.device)
         self._bias[:, : self.n_items] = 0.0 if self.metric == "ip" else (emb * emb).sum(-1)
+        # products through numpy (module docstring) over the same memory
+        through_numpy = self.device.type == "cpu" and self.products == "numpy"
+        self._gallery_np = self._gallery_t.numpy() if through_numpy else None
         self._query_block = max(1, min(QUERY_BLOCK, SCORES_PER_BLOCK // n_padded))
+
+    def _partial_distances(self, block: torch.Tensor, depth: int) -> torch.Tensor:
+        """bias + q·(alpha·g) of a block of queries against every gallery column of ``depth``."""
+        if self._gallery_np is None:
+            return torch.addmm(self._bias[depth][None, :], block, self._gallery_t[depth])
+        partial = torch.from_numpy(block.numpy() @ self._gallery_np[depth])
+        return partial.add_(self._bias[depth])
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = self._check_queries(queries, k)
@@ -111,9 +185,7 @@ class MatmulIndex(GalleryIndex):
             for start in range(0, n_queries, self._query_block):
                 rows = slice(start, start + self._query_block)
                 block = qt[depth, rows]
-                partial = torch.addmm(
-                    self._bias[depth][None, :], block, self._gallery_t[depth], alpha=self._alpha
-                )
+                partial = self._partial_distances(block, depth)
                 best, columns = smallest_k(partial, found)
                 columns_all[depth, rows] = columns
                 if self.metric == "l2":  # |q − g|² = |q|² + |g|² − 2q·g
