@@ -10,13 +10,13 @@ faster than ``torch.topk`` over 35,000 columns); measured 2-5x cheaper than fais
 2-50 and ~1.5x for one query. The search is exhaustive and exact (the paper's kNN); only float
 rounding of the distance differs from faiss, which can swap exact ties.
 
-On the CPU the GEMM goes through torch's MKL on Intel CPUs and through numpy's OpenBLAS on the
-others (``CPU_PRODUCTS``): MKL picks its fast kernels only for Intel's own CPUs. On a 2-core AMD
-EPYC a product of 4 to 32 queries by one 35,000-item depth took 1.3-2.4x longer through torch
-than through numpy, one query the same, two a fifth less, and a whole search of 4 or 16 queries
-1.6x longer (``benchmarks/gallery_scan.py``, benchmarks/README.md "Serving replicas"); on Intel
-CPUs MKL multiplied a few rows by a matrix several times faster than OpenBLAS (benchmarks/
-README.md, "Training throughput"). The top-k stays in torch, over the same memory.
+On the CPU the GEMM goes through torch (MKL) by default; ``products="numpy"`` sends it through
+numpy's OpenBLAS instead. On a 2-core AMD EPYC, where MKL takes a slower path than on Intel's
+CPUs, a search of 4 or 16 queries took 1.6x longer through torch (``benchmarks/gallery_scan.py``,
+benchmarks/README.md "Serving replicas"). It is not the default because OpenBLAS rounds a query's
+products differently with the number of queries beside it (almost every batch size from 1 to 16
+gave other bits), so the same query on the same snapshot would get other scores under other
+load; through MKL a row's products were the same for every batch of 4 or more.
 
 The same code searches on any torch device (``device="cuda"``): the gallery lives there as one
 float32 tensor, a batch of queries is copied over and only its k neighbours per depth come back.
@@ -29,8 +29,6 @@ nothing changes.
 
 from __future__ import annotations
 
-from functools import cache
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -47,8 +45,6 @@ __all__ = [
     "SCORES_PER_BLOCK",
     "CpuProducts",
     "MatmulIndex",
-    "cpu_products",
-    "products_for",
     "smallest_k",
 ]
 
@@ -61,40 +57,8 @@ QUERY_BLOCK = 1024
 SCORES_PER_BLOCK = 1 << 27
 
 
-CpuProducts = Literal["auto", "torch", "numpy"]
-CPU_PRODUCTS: tuple[str, ...] = ("auto", "torch", "numpy")
-
-
-@cache
-def cpu_products() -> Literal["torch", "numpy"]:
-    """The library whose BLAS multiplies on this machine's CPU (the module docstring says why):
-    ``"torch"`` where torch has MKL and the CPU is Intel's, ``"numpy"`` elsewhere, including
-    where /proc/cpuinfo cannot be read.
-
-    >>> cpu_products() in ("torch", "numpy")
-    True
-    """
-    try:
-        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        cpuinfo = ""
-    return products_for(cpuinfo, torch.backends.mkl.is_available())
-
-
-def products_for(cpuinfo: str, mkl: bool) -> Literal["torch", "numpy"]:
-    """:func:`cpu_products` for the text of /proc/cpuinfo and whether torch has MKL.
-
-    >>> products_for("vendor_id : GenuineIntel", mkl=True)
-    'torch'
-    >>> products_for("vendor_id : AuthenticAMD", mkl=True)
-    'numpy'
-    """
-    vendors = {
-        line.partition(":")[2].strip()
-        for line in cpuinfo.splitlines()
-        if line.startswith("vendor_id")
-    }
-    return "torch" if mkl and vendors == {"GenuineIntel"} else "numpy"
+CpuProducts = Literal["torch", "numpy"]
+CPU_PRODUCTS: tuple[str, ...] = ("torch", "numpy")
 
 
 def smallest_k(
@@ -120,8 +84,9 @@ def smallest_k(
 
 class MatmulIndex(GalleryIndex):
     """Exact nearest-neighbour search by matrix products, on ``device`` (a torch device; the
-    CPU by default). ``products`` names the library that multiplies on the CPU: ``"auto"``
-    (:func:`cpu_products`), ``"torch"`` or ``"numpy"``; a GPU always multiplies through torch.
+    CPU by default). ``products`` names the library that multiplies on the CPU, ``"torch"`` or
+    ``"numpy"`` (the module docstring says why torch is the default); a GPU always multiplies
+    through torch.
 
     >>> emb = np.array([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]], dtype=np.float32)
     >>> index = MatmulIndex(emb, labels=np.array([0, 1, 1]))
@@ -139,11 +104,11 @@ class MatmulIndex(GalleryIndex):
         metric: MetricKind = "l2",
         ids: np.ndarray | None = None,
         device: str | torch.device = "cpu",
-        products: CpuProducts = "auto",
+        products: CpuProducts = "torch",
     ) -> None:
         check_choice(products, "products", CPU_PRODUCTS)
         self.device = torch.device(device)
-        self.products = cpu_products() if products == "auto" else products
+        self.products = products
         super().__init__(embeddings, labels, metric, ids)
 
     def _build(self, embeddings: np.ndarray) -> None:
