@@ -29,7 +29,7 @@ nothing changes.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ SCORES_PER_BLOCK = 1 << 27
 
 
 CpuProducts = Literal["torch", "numpy"]
-CPU_PRODUCTS: tuple[str, ...] = ("torch", "numpy")
+CPU_PRODUCTS: tuple[str, ...] = get_args(CpuProducts)
 
 
 def smallest_k(
