@@ -1,6 +1,7 @@
 """The exact index on a torch device: the same neighbours as a float64 brute-force search on the
-CPU (exact ties may swap) whichever library multiplies there, blocked to bounded memory, and the
-same answers on CUDA as on the CPU where a GPU is present."""
+CPU (exact ties may swap) whichever library multiplies there, blocked to bounded memory, one
+query's answer the same whatever is searched beside it, and the same answers on CUDA as on the
+CPU where a GPU is present."""
 
 from __future__ import annotations
 
@@ -103,6 +104,39 @@ def test_a_large_gallery_is_searched_a_few_queries_at_a_time(monkeypatch):
     assert_same_neighbours(index.search(queries, 6), gallery, queries, 6, "l2")
 
 
+@pytest.mark.parametrize("products", ["torch", "numpy"])
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_a_query_gets_the_same_answer_whatever_is_searched_beside_it(products, metric):
+    # BLAS kernels for a few rows add a row's terms in another order than those for many: a
+    # service batching whatever requests wait must still give one query one answer
+    gallery, queries = random_gallery(23, depths=2, n_items=20_000, n_queries=24, dim=64)
+    index = MatmulIndex(gallery, metric=metric, products=products)
+    together = index.search(queries, 7)
+    for size in (1, 2, 3, 4, 5, 8, 11, 16):
+        for start in range(0, 24 - size + 1, size):
+            alone = index.search(queries[:, start : start + size], 7)
+            np.testing.assert_array_equal(alone[0], together[0][:, start : start + size])
+            np.testing.assert_array_equal(alone[1], together[1][:, start : start + size])
+    assert_same_neighbours(together, gallery, queries, 7, metric, scale=10.0)
+
+
+def test_exact_ties_come_in_position_order():
+    gallery, _ = random_gallery(2, depths=1, n_items=300, n_queries=1)
+    copies = [250, 3, 120, 77]  # one item at four positions, the query itself
+    gallery[0, copies] = gallery[0, 9]
+    dissim, pos = MatmulIndex(gallery).search(gallery[:, [9]], k=6)
+    assert pos[0, 0, :5].tolist() == [3, 9, 77, 120, 250]
+    assert dissim[0, 0, :5].tolist() == [0.0] * 5 and dissim[0, 0, 5] > 0
+
+
+def test_a_near_query_far_from_the_origin_keeps_its_distance():
+    # |q|² + |g|² − 2q·g in float32 cancels to a multiple of 1e6's rounding step (0.0625) here;
+    # the distance from the difference is exact: 1000.0009765625 is a float32
+    gallery = np.array([[[1000.0, 0.0], [0.0, 1000.0]]], dtype=np.float32)
+    dissim, pos = MatmulIndex(gallery).search(np.array([[[1000.0009765625, 0.0]]]), k=1)
+    assert pos.tolist() == [[[0]]] and dissim.tolist() == [[[0.0009765625]]]
+
+
 def test_the_faiss_kinds_refuse_a_gpu_device():
     gallery, _ = random_gallery(0, depths=1, n_items=10, n_queries=1)
     with pytest.raises(ValueError, match="device: the 'ivf' index searches on the CPU only"):
@@ -144,3 +178,17 @@ def test_cuda_finds_the_same_neighbours_as_the_cpu(metric):
     assert_same_neighbours(on_cpu, gallery, queries, 10, metric, scale=10.0)
     np.testing.assert_allclose(on_gpu[0], on_cpu[0], rtol=TOLERANCE, atol=TOLERANCE * 10)
     assert (on_gpu[1] != on_cpu[1]).mean() < 1e-3  # float rounding may swap near-exact ties
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="no CUDA device here; the CPU test above checks the same search code on device 'cpu'",
+)
+def test_cuda_gives_a_query_the_same_answer_whatever_is_searched_beside_it():
+    gallery, queries = random_gallery(29, depths=2, n_items=20_000, n_queries=16, dim=64)
+    index = MatmulIndex(gallery, device="cuda")
+    together = index.search(queries, 7)
+    for size in (1, 2, 3, 5, 8):
+        alone = index.search(queries[:, :size], 7)
+        np.testing.assert_array_equal(alone[0], together[0][:, :size])
+        np.testing.assert_array_equal(alone[1], together[1][:, :size])

@@ -10,21 +10,36 @@ faster than ``torch.topk`` over 35,000 columns); measured 2-5x cheaper than fais
 2-50 and ~1.5x for one query. The search is exhaustive and exact (the paper's kNN); only float
 rounding of the distance differs from faiss, which can swap exact ties.
 
+A query's answer does not depend on the queries searched beside it. BLAS libraries pick their
+kernels by the shape of a product, and a kernel for a few rows adds a row's terms in another order
+than one for many: on a 2-core AMD EPYC, a query's products through MKL had other bits when it
+was searched alone or with one or two others than in a batch of four or more, and through OpenBLAS
+for almost every batch size from 1 to 15. The service batches whatever requests are waiting, so
+the same item on the same snapshot got other scores under other load. The product therefore only
+*shortlists* each query's ``k + RESCORE_MARGIN`` nearest columns; their distances are then
+computed again from the gallery's rows, one query at a time in effect (an element-wise
+difference and a sum over each row, whose order depends only on the dimension), and sorted by
+(distance, position). A near-tie that rounding moves across the shortlist's edge is caught by the
+margin, unless more than ``RESCORE_MARGIN`` items lie within rounding of the k-th (duplicates of
+one item beyond that count). The distances are also more accurate for it: |q − g|² directly
+instead of |q|² + |g|² − 2q·g, which loses digits when q is near g. Side by side with the
+product's own distances, on a 35,000-item gallery of three depths of 200 on one thread, a search
+took 1-4% longer for one to four queries, none for 16 and 9% longer for an evaluation's block
+of 1,024.
+
 On the CPU the GEMM goes through torch (MKL) by default; ``products="numpy"`` sends it through
 numpy's OpenBLAS instead. On a 2-core AMD EPYC, where MKL takes a slower path than on Intel's
 CPUs, a search of 4 or 16 queries took 1.6x longer through torch (``benchmarks/gallery_scan.py``,
-benchmarks/README.md "Serving replicas"). It is not the default because OpenBLAS rounds a query's
-products differently with the number of queries beside it (almost every batch size from 1 to 16
-gave other bits), so the same query on the same snapshot would get other scores under other
-load; through MKL a row's products were the same for every batch of 4 or more.
+benchmarks/README.md "Serving replicas").
 
-The same code searches on any torch device (``device="cuda"``): the gallery lives there as one
-float32 tensor, a batch of queries is copied over and only its k neighbours per depth come back.
+The same code searches on any torch device (``device="cuda"``): the gallery lives there as
+float32 tensors (the product's layout and the rows the shortlist is measured from, twice the
+gallery's size), a batch of queries is copied over and only its k neighbours per depth come back.
 The service searches where its learner embeds (``--learner-param device=cuda``). faiss's GPU
 index would do the same search, but faiss-gpu has no wheel to install here and would be one more
 dependency; torch is already the learner's, the search stays exact (the CPU's neighbours, up to
-float rounding) and is one GEMM and one top-k per depth on the GPU. On the CPU, the default,
-nothing changes.
+float rounding) and is one GEMM and one top-k per depth on the GPU, then the shortlist's
+distances. On the CPU, the default, nothing changes.
 """
 
 from __future__ import annotations
@@ -42,6 +57,7 @@ __all__ = [
     "BLOCK",
     "CPU_PRODUCTS",
     "QUERY_BLOCK",
+    "RESCORE_MARGIN",
     "SCORES_PER_BLOCK",
     "CpuProducts",
     "MatmulIndex",
@@ -55,6 +71,9 @@ QUERY_BLOCK = 1024
 # ... and at most this many scores per product (512 MB of float32), so that a 1,000,000-item
 # gallery takes 134 queries at a time rather than 4 GB per block.
 SCORES_PER_BLOCK = 1 << 27
+# Columns shortlisted per query beyond its k, whose distances are computed again row by row
+# (module docstring): near-ties within rounding of the k-th neighbour, up to this many.
+RESCORE_MARGIN = 8
 
 
 CpuProducts = Literal["torch", "numpy"]
@@ -120,6 +139,9 @@ class MatmulIndex(GalleryIndex):
         alpha = -1.0 if self.metric == "ip" else -2.0
         # (D, dim, N padded), built where it is searched: a GPU's gallery never has a host copy
         self._gallery_t = torch.zeros(self.n_depths, self.dim, n_padded, device=self.device)
+        # (D, N, dim), the rows the shortlist's distances are computed from: the caller's float32
+        # array itself on the CPU (no copy), a second copy of the gallery on a GPU
+        self._rows = emb
         self._gallery_t[:, :, : self.n_items] = alpha * emb.transpose(1, 2)
         self._bias = torch.full((self.n_depths, n_padded), float("inf"), device=self.device)
         self._bias[:, : self.n_items] = 0.0 if self.metric == "ip" else (emb * emb).sum(-1)
@@ -135,6 +157,27 @@ class MatmulIndex(GalleryIndex):
         partial = torch.from_numpy(block.numpy() @ self._gallery_np[depth])
         return partial.add_(self._bias[depth])
 
+    def _nearest_of(
+        self, queries: torch.Tensor, shortlist: torch.Tensor, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` nearest of each query's ``shortlist`` (D, Q, m) of gallery positions, for
+        ``queries`` (D, Q, dim): their dissimilarities (the distance for l2, −q·g for ip),
+        computed from the rows so that a query's result does not depend on the other queries,
+        ascending with exact ties in position order, and the positions. All depths at once: a
+        search of one query is a handful of small operations, not a handful per depth."""
+        n_depths, n_queries, m = shortlist.shape
+        first_row = torch.arange(n_depths, device=self.device)[:, None, None] * self.n_items
+        rows = self._rows.reshape(-1, self.dim).index_select(0, (shortlist + first_row).view(-1))
+        rows = rows.view(n_depths, n_queries, m, self.dim)
+        if self.metric == "l2":
+            dissim = torch.linalg.vector_norm(rows.sub_(queries[:, :, None, :]), dim=-1)
+        else:
+            dissim = (rows * queries[:, :, None, :]).sum(-1).neg_()
+        # by position first, then a stable sort by dissimilarity: ties keep position order
+        positions, by_position = shortlist.sort(dim=-1)
+        dissim, order = dissim.gather(-1, by_position).sort(dim=-1, stable=True)
+        return dissim[..., :k], positions.gather(-1, order)[..., :k]
+
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = self._check_queries(queries, k)
         n_queries, found = q.shape[1], min(k, self.n_items)
@@ -142,6 +185,24 @@ class MatmulIndex(GalleryIndex):
         pos = np.full((self.n_depths, n_queries, k), -1, dtype=np.int64)
         if found == 0 or n_queries == 0:
             return dissim, pos
+        qt = torch.from_numpy(q).to(self.device)
+        wide = min(found + RESCORE_MARGIN, self.n_items)
+        # filled on the device and copied back once: one wait for a GPU, not one per block
+        best_all = torch.empty((self.n_depths, n_queries, found), device=self.device)
+        columns_all = torch.empty(best_all.shape, dtype=torch.int64, device=self.device)
+        for start in range(0, n_queries, self._query_block):
+            rows = slice(start, start + self._query_block)
+            block = qt[:, rows]
+            shortlist = torch.stack(
+                [
+                    smallest_k(self._partial_distances(block[depth], depth), wide)[1]
+                    for depth in range(self.n_depths)
+                ]
+            )
+            best_all[:, rows], columns_all[:, rows] = self._nearest_of(block, shortlist, found)
+        dissim[:, :, :found] = best_all.cpu().numpy()
+        pos[:, :, :found] = columns_all.cpu().numpy()
+        return dissim, pos
         qt = torch.from_numpy(q).to(self.device)
         # filled on the device and copied back once: one wait for a GPU, not one per block
         best_all = torch.empty((self.n_depths, n_queries, found), device=self.device)
@@ -151,11 +212,10 @@ class MatmulIndex(GalleryIndex):
                 rows = slice(start, start + self._query_block)
                 block = qt[depth, rows]
                 partial = self._partial_distances(block, depth)
-                best, columns = smallest_k(partial, found)
+                _, shortlist = smallest_k(partial, min(found + RESCORE_MARGIN, self.n_items))
+                best, columns = self._nearest_of(block, depth, shortlist, found)
                 columns_all[depth, rows] = columns
-                if self.metric == "l2":  # |q − g|² = |q|² + |g|² − 2q·g
-                    best = (best + (block * block).sum(1, keepdim=True)).clamp_(min=0).sqrt_()
-                best_all[depth, rows] = best  # −q·g for ip, the dissimilarity search reports
+                best_all[depth, rows] = best
         dissim[:, :, :found] = best_all.cpu().numpy()
         pos[:, :, :found] = columns_all.cpu().numpy()
         return dissim, pos
