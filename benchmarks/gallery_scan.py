@@ -10,7 +10,7 @@ measures how much that costs each of them, which bounds what a second replica ad
 - ``alone`` / ``beside``: ms per search of a synthetic gallery (``--items`` × 3 depths × 200,
   unit rows) at batches of 1, 4 and 16 queries, in one process, then in two processes at once
   (each on one thread, as a replica's query thread runs), multiplying through ``--products``
-  (torch, the index's default, or numpy; ``products`` in the JSON);
+  (by default the library the index chooses for this CPU; ``products`` in the JSON);
 - ``gemm``: the product alone for one depth, (Q, 200) by the index's (200, N) layout, through
   torch (MKL here) and through numpy (OpenBLAS), for Q = 1 to 32.
 
@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
 from provenance import code_version, machine
 
-from oahu.inference.matmul import CPU_PRODUCTS, CpuProducts, MatmulIndex
+from oahu.inference.matmul import CPU_PRODUCTS, CpuProducts, MatmulIndex, cpu_products
 from oahu.threads import use_native_threads
 
 BATCHES = (1, 4, 16)
@@ -89,7 +89,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--items", type=int, default=35_000)
     parser.add_argument("--seconds", type=float, default=4.0, help="per measurement")
-    parser.add_argument("--products", choices=CPU_PRODUCTS, default="torch",
+    parser.add_argument("--products", choices=CPU_PRODUCTS, default="auto",
                         help="the library that multiplies in the searches")  # fmt: skip
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path)
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "items": args.items,
         "depths": DEPTHS,
         "dim": DIM,
-        "products": args.products,
+        "products": cpu_products() if args.products == "auto" else args.products,
         "alone": searches(args.items, args.seconds, args.products),
     }
     command = [sys.executable, __file__, "--child", "--items", str(args.items),

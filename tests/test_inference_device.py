@@ -67,7 +67,7 @@ def test_cpu_device_finds_the_brute_force_neighbours(metric, depths, n_items, k)
     gallery, queries = random_gallery(depths * n_items, depths, n_items, n_queries=9)
     index = make_index("exact", gallery, metric=metric, device="cpu")
     assert isinstance(index, MatmulIndex) and index.device == torch.device("cpu")
-    assert index.products == "torch"
+    assert index.products == matmul.cpu_products()
     assert_same_neighbours(index.search(queries, k), gallery, queries, k, metric)
 
 
@@ -80,9 +80,26 @@ def test_either_library_multiplies_to_the_brute_force_neighbours(products, metri
     assert_same_neighbours(index.search(queries, 10), gallery, queries, 10, metric)
 
 
+@pytest.mark.parametrize(
+    ("cpuinfo", "mkl", "expected"),
+    [
+        ("processor\t: 0\nvendor_id\t: GenuineIntel\n" * 2, True, "torch"),
+        ("processor\t: 0\nvendor_id\t: GenuineIntel\n", False, "numpy"),
+        ("processor\t: 0\nvendor_id\t: AuthenticAMD\n", True, "numpy"),
+        ("processor\t: 0\nvendor_id\t: HygonGenuine\n", True, "numpy"),
+        ("processor\t: 0\nCPU implementer\t: 0x41\n", True, "numpy"),  # an ARM CPU
+        ("", True, "numpy"),  # /proc/cpuinfo unreadable
+    ],
+)
+def test_auto_products_are_torch_only_on_intel_cpus_with_mkl(cpuinfo, mkl, expected):
+    assert matmul.products_for(cpuinfo, mkl) == expected
+
+
 def test_an_unknown_product_library_is_refused_naming_it():
     gallery, _ = random_gallery(0, depths=1, n_items=10, n_queries=1)
-    with pytest.raises(ValueError, match="products: must be one of 'torch', 'numpy', got 'mkl'"):
+    with pytest.raises(
+        ValueError, match="products: must be one of 'auto', 'torch', 'numpy', got 'mkl'"
+    ):
         MatmulIndex(gallery, products="mkl")
 
 

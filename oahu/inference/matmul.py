@@ -27,10 +27,13 @@ product's own distances, on a 35,000-item gallery of three depths of 200 on one 
 took 1-4% longer for one to four queries, none for 16 and 9% longer for an evaluation's block
 of 1,024.
 
-On the CPU the GEMM goes through torch (MKL) by default; ``products="numpy"`` sends it through
-numpy's OpenBLAS instead. On a 2-core AMD EPYC, where MKL takes a slower path than on Intel's
-CPUs, a search of 4 or 16 queries took 1.6x longer through torch (``benchmarks/gallery_scan.py``,
-benchmarks/README.md "Serving replicas").
+On the CPU the GEMM goes through torch's MKL on Intel CPUs and through numpy's OpenBLAS on the
+others (``products="auto"``, :func:`cpu_products`): MKL picks its fast kernels only for Intel's
+own CPUs. On a 2-core AMD EPYC a search of 4 or 16 queries took 1.6x longer through torch, one
+query about the same (``benchmarks/gallery_scan.py``, benchmarks/README.md "Serving replicas");
+on Intel CPUs MKL multiplied a few rows by a matrix several times faster than OpenBLAS. Since
+the shortlist's distances are computed without either library, both give the same answers; the
+choice is only one of speed. The top-k stays in torch, over the same memory.
 
 The same code searches on any torch device (``device="cuda"``): the gallery lives there as
 float32 tensors (the product's layout and the rows the shortlist is measured from, twice the
@@ -44,6 +47,8 @@ distances. On the CPU, the default, nothing changes.
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
@@ -61,6 +66,8 @@ __all__ = [
     "SCORES_PER_BLOCK",
     "CpuProducts",
     "MatmulIndex",
+    "cpu_products",
+    "products_for",
     "smallest_k",
 ]
 
@@ -76,8 +83,41 @@ SCORES_PER_BLOCK = 1 << 27
 RESCORE_MARGIN = 8
 
 
-CpuProducts = Literal["torch", "numpy"]
+CpuProducts = Literal["auto", "torch", "numpy"]
 CPU_PRODUCTS: tuple[str, ...] = get_args(CpuProducts)
+
+
+@cache
+def cpu_products() -> Literal["torch", "numpy"]:
+    """The library that multiplies for ``products="auto"`` on this machine's CPU (the module
+    docstring says why): ``"torch"`` where torch has MKL and the CPU is Intel's, ``"numpy"``
+    elsewhere, including where /proc/cpuinfo cannot be read. Declared by the vendor, not timed at
+    start-up, so every process of one machine multiplies the same way.
+
+    >>> cpu_products() in ("torch", "numpy")
+    True
+    """
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        cpuinfo = ""
+    return products_for(cpuinfo, torch.backends.mkl.is_available())
+
+
+def products_for(cpuinfo: str, mkl: bool) -> Literal["torch", "numpy"]:
+    """:func:`cpu_products` for the text of /proc/cpuinfo and whether torch has MKL.
+
+    >>> products_for("vendor_id : GenuineIntel", mkl=True)
+    'torch'
+    >>> products_for("vendor_id : AuthenticAMD", mkl=True)
+    'numpy'
+    """
+    vendors = {
+        line.partition(":")[2].strip()
+        for line in cpuinfo.splitlines()
+        if line.startswith("vendor_id")
+    }
+    return "torch" if mkl and vendors == {"GenuineIntel"} else "numpy"
 
 
 def smallest_k(
@@ -104,8 +144,9 @@ def smallest_k(
 class MatmulIndex(GalleryIndex):
     """Exact nearest-neighbour search by matrix products, on ``device`` (a torch device; the
     CPU by default). ``products`` names the library that multiplies on the CPU, ``"torch"`` or
-    ``"numpy"`` (the module docstring says why torch is the default); a GPU always multiplies
-    through torch.
+    ``"numpy"``; ``"auto"``, the default, takes :func:`cpu_products`'s choice for this CPU
+    (the module docstring says why) and ``products`` then names the library chosen. A GPU always
+    multiplies through torch.
 
     >>> emb = np.array([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]], dtype=np.float32)
     >>> index = MatmulIndex(emb, labels=np.array([0, 1, 1]))
@@ -123,18 +164,18 @@ class MatmulIndex(GalleryIndex):
         metric: MetricKind = "l2",
         ids: np.ndarray | None = None,
         device: str | torch.device = "cpu",
-        products: CpuProducts = "torch",
+        products: CpuProducts = "auto",
     ) -> None:
         check_choice(products, "products", CPU_PRODUCTS)
         self.device = torch.device(device)
-        self.products = products
+        self.products = cpu_products() if products == "auto" else products
         super().__init__(embeddings, labels, metric, ids)
 
     def _build(self, embeddings: np.ndarray) -> None:
         emb = torch.from_numpy(embeddings).to(self.device)
         n_padded = -(-self.n_items // BLOCK) * BLOCK
-        # partial distance = bias + q·(alpha·g), smallest first: |g|² − 2q·g for l2 (|q|² added
-        # back after), −q·g for ip; padding columns are +inf and never chosen. alpha (−1 or −2)
+        # partial distance = bias + q·(alpha·g), smallest first: |g|² − 2q·g for l2 (ranks as
+        # |q − g|² does), −q·g for ip; padding columns are +inf and never chosen. alpha (−1 or −2)
         # scales the gallery once, exactly (a sign and a power of two).
         alpha = -1.0 if self.metric == "ip" else -2.0
         # (D, dim, N padded), built where it is searched: a GPU's gallery never has a host copy
