@@ -1,14 +1,16 @@
-"""What combining copies of OAHU averages: the network's parameters and the hedge weights.
+"""What combining copies of OAHU combines: the network's parameters and the hedge weights.
 
 Members of a learning group (:mod:`oahu.service.group`) learn different constraints from one
-model and are combined every few updates. The network is averaged parameter by parameter. The
-hedge weights α are averaged as log-weights, then renormalised: α ← exp(Σ_i w_i log α_i) / Z,
-the weighted geometric mean. The hedge is multiplicative (Eq. 20: α ← α·β^L, renormalised), so
-a copy that discounted a depth by a factor f contributes f^{w_i} to it: averaging the
-log-weights averages the discounts themselves, where averaging α would let one copy's sharp
-discount be diluted into an arithmetic mean. The floor s/(L+1) survives: each α_i is above it,
-so is their geometric mean, and the renormalisation only raises it (the geometric means sum to
-at most 1). The last losses (a diagnostic) are averaged.
+model and are combined every few updates, by a weighted mean of their values or by adding up
+their changes (:mod:`oahu.service.group.combine` says which when). The network is combined
+parameter by parameter. The hedge weights α are combined as log-weights, then renormalised: the
+mean gives α ← exp(Σ_i w_i log α_i) / Z, the weighted geometric mean; the sum multiplies every
+copy's discounts of a depth together, as one learner taking all their steps would. The hedge is
+multiplicative (Eq. 20: α ← α·β^L, renormalised), so a copy that discounted a depth by a factor f
+contributes f^{w_i} (or f) to it, where combining α itself would dilute one copy's sharp
+discount into an arithmetic mean. The floor s/(L+1) is applied again after either, as the hedge
+applies it after its own step (the mean keeps it anyway; a product of discounts need not). The
+last losses (a diagnostic) are combined by the same rule, and kept from going below zero.
 
 >>> import torch
 >>> from oahu.learners.oahu.learner import OAHU
@@ -45,8 +47,9 @@ def combinable_values(network: MultiDepthNetwork, step: UpdateStep) -> torch.Ten
 def set_combinable_values(
     network: MultiDepthNetwork, step: UpdateStep, values: torch.Tensor
 ) -> None:
-    """Set what :func:`combinable_values` returned, averaged over copies: the tensors in place
-    (the CPU step's numpy views of them stay valid), α renormalised from its averaged logs."""
+    """Set what :func:`combinable_values` returned, combined over copies: the tensors in place
+    (the CPU step's numpy views of them stay valid), α renormalised from its combined logs and
+    floored as the hedge floors it."""
     values = values.to(network.device)
     at = 0
     for tensor in network.tensors().values():
@@ -55,7 +58,8 @@ def set_combinable_values(
         at += n
     depths = step.n_depths
     alpha = torch.exp(values[at : at + depths])
+    alpha = (alpha / alpha.sum()).clamp(min=step.config.smoothing / depths)
     alpha = (alpha / alpha.sum()).to(torch.float32)
-    losses = values[at + depths : at + 2 * depths].to(torch.float32)
+    losses = values[at + depths : at + 2 * depths].clamp(min=0.0).to(torch.float32)
     step.alpha = step.per_depth(alpha.clone())
     step.last_losses = step.per_depth(losses.clone())

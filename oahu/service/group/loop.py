@@ -47,7 +47,7 @@ from oahu.learner import Learner
 from oahu.service.catalog import Catalog, ItemChange
 from oahu.service.checkpoints import Progress, write_checkpoint
 from oahu.service.config import ServiceConfig
-from oahu.service.group.combine import apply, pack, unpack
+from oahu.service.group.combine import apply, combine_rule, pack, unpack
 from oahu.service.group.schedule import ScheduleLog, record_runs
 from oahu.service.learning.consumer import ConsumerLoop
 from oahu.service.learning.in_flight import Ranges
@@ -192,7 +192,9 @@ class GroupLoop(ConsumerLoop):
         self.schedule = schedule
         self.changes = changes
         self.round = progress.group.get("round", 0)
-        self.base = learner.combine_values().summed
+        # what the last combine gave every member (θ₀ and the counters), the started model first
+        self.last = learner.combine_values()
+        self.rule = combine_rule(learner)
         self._dead_at_cut = Counter(progress.dead_letters)
         self._status_at = 0.0
         self.round_records = config.combine_every * max(1, learner.constraints_per_update)
@@ -246,12 +248,14 @@ class GroupLoop(ConsumerLoop):
         signals[_CHANGES] = float(len(pending))
         signals[_CONSUMED] = float(local)
         with self.lock:
+            last = self.last
             total = self.group.all_reduce(
-                pack(self.learner.combine_values(), self.base, weight, signals)
-            )
-            combined, summed = unpack(total, self.base, _N_SIGNALS)
+                pack(self.learner.combine_values(), last.averaged, last.summed, weight, signals,
+                     self.rule)
+            )  # fmt: skip
+            combined, summed = unpack(total, last.averaged, last.summed, _N_SIGNALS, self.rule)
             apply(self.learner, combined)
-            self.base = combined.summed
+            self.last = self.learner.combine_values()
             group_consumed = round(float(summed[_CONSUMED]))
             self.progress.consumed = consumed + group_consumed
             self.metrics.consumed.inc(group_consumed - local)  # the other members' records

@@ -34,7 +34,7 @@ import numpy as np
 from oahu.connectors.messages import decode_batch
 from oahu.learner import Learner
 from oahu.persistence import learner_from_bytes, learner_to_bytes
-from oahu.service.group.combine import combine_in_process
+from oahu.service.group.combine import combine_in_process, combine_rule
 from oahu.service.item_store import ItemStore
 from oahu.service.learning.modalities import single_modality
 from oahu.service.learning.resolve import resolve_batch
@@ -188,11 +188,12 @@ def replay_schedule(
     state, as the group re-formed from the checkpoint rank 0 wrote. Returns member 0."""
     state = learner_to_bytes(start)
     learners = [learner_from_bytes(state)[0] for _ in range(members)]
-    base = learners[0].combine_values().summed
+    last, rule = learners[0].combine_values(), combine_rule(learners[0])
     for r in rounds:
         if r.restart:
             state = learner_to_bytes(learners[0])
             learners = [learner_from_bytes(state)[0] for _ in range(members)]
+            last = learners[0].combine_values()
             continue
         weights = []
         for learner, offsets in zip(learners, r.offsets, strict=True):
@@ -202,5 +203,5 @@ def replay_schedule(
             weights.append(float(learner.constraints_learned - before))
         if not np.allclose(weights, r.weights):
             raise ValueError(f"round {r.number}: learned {weights}, the group {list(r.weights)}")
-        base = combine_in_process(learners, weights, base)
+        last = combine_in_process(learners, weights, last, rule)
     return learners[0]
