@@ -24,8 +24,8 @@ margin, unless more than ``RESCORE_MARGIN`` items lie within rounding of the k-t
 one item beyond that count). The distances are also more accurate for it: |q − g|² directly
 instead of |q|² + |g|² − 2q·g, which loses digits when q is near g. Side by side with the
 product's own distances, on a 35,000-item gallery of three depths of 200 on one thread, a search
-took 1-4% longer for one to four queries, none for 16 and 9% longer for an evaluation's block
-of 1,024.
+took 1-4% longer for one to four queries, a tenth less for 16 (the old path squared each
+depth's queries apart) and 9% longer for an evaluation's block of 1,024.
 
 On the CPU the GEMM goes through torch's MKL on Intel CPUs and through numpy's OpenBLAS on the
 others (``products="auto"``, :func:`cpu_products`): MKL picks its fast kernels only for Intel's
@@ -241,22 +241,6 @@ class MatmulIndex(GalleryIndex):
                 ]
             )
             best_all[:, rows], columns_all[:, rows] = self._nearest_of(block, shortlist, found)
-        dissim[:, :, :found] = best_all.cpu().numpy()
-        pos[:, :, :found] = columns_all.cpu().numpy()
-        return dissim, pos
-        qt = torch.from_numpy(q).to(self.device)
-        # filled on the device and copied back once: one wait for a GPU, not one per block
-        best_all = torch.empty((self.n_depths, n_queries, found), device=self.device)
-        columns_all = torch.empty(best_all.shape, dtype=torch.int64, device=self.device)
-        for depth in range(self.n_depths):
-            for start in range(0, n_queries, self._query_block):
-                rows = slice(start, start + self._query_block)
-                block = qt[depth, rows]
-                partial = self._partial_distances(block, depth)
-                _, shortlist = smallest_k(partial, min(found + RESCORE_MARGIN, self.n_items))
-                best, columns = self._nearest_of(block, depth, shortlist, found)
-                columns_all[depth, rows] = columns
-                best_all[depth, rows] = best
         dissim[:, :, :found] = best_all.cpu().numpy()
         pos[:, :, :found] = columns_all.cpu().numpy()
         return dissim, pos
