@@ -26,13 +26,13 @@ LAST = torch.tensor([9.0, 9.0], dtype=torch.float64)  # what the last combine ga
 def _three_members(rule: str):
     # member 0 learned 2 constraints, member 1 learned 6, member 2 none (its model is the last
     # combined one, which must not pull the others back)
-    base = np.array([100.0, 10.0])
+    last = CombineValues(LAST, np.array([100.0, 10.0]))
     parts = [
-        pack(_values([1.0, -2.0], [102.0, 11.0]), LAST, base, 2.0, [0.0, 1.0], rule),
-        pack(_values([3.0, 2.0], [106.0, 10.0]), LAST, base, 6.0, [1.0, 0.0], rule),
-        pack(_values([9.0, 9.0], [100.0, 10.0]), LAST, base, 0.0, [0.0, 1.0], rule),
+        pack(_values([1.0, -2.0], [102.0, 11.0]), last, 2.0, [0.0, 1.0], rule),
+        pack(_values([3.0, 2.0], [106.0, 10.0]), last, 6.0, [1.0, 0.0], rule),
+        pack(_values([9.0, 9.0], [100.0, 10.0]), last, 0.0, [0.0, 1.0], rule),
     ]
-    return unpack(sum(parts), LAST, base, n_signals=2, rule=rule)
+    return unpack(sum(parts), last, n_signals=2, rule=rule)
 
 
 def test_weighted_mean_and_summed_counters_by_hand() -> None:
@@ -54,9 +54,9 @@ def test_summed_changes_and_counters_by_hand() -> None:
 
 @pytest.mark.parametrize("rule", ["mean", "sum"])
 def test_a_round_in_which_nobody_learned_changes_no_parameter(rule) -> None:
-    base = np.array([5.0])
-    part = pack(_values([9.0, 9.0], [5.0]), LAST, base, 0.0, [], rule)
-    combined, _ = unpack(part, LAST, base, n_signals=0, rule=rule)
+    last = CombineValues(LAST, np.array([5.0]))
+    part = pack(_values([9.0, 9.0], [5.0]), last, 0.0, [], rule)
+    combined, _ = unpack(part, last, n_signals=0, rule=rule)
     assert combined.averaged.numel() == 0 and combined.summed.tolist() == [5.0]
 
 

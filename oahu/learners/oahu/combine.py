@@ -25,6 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from oahu.learners.oahu.hedge import floored
 from oahu.learners.oahu.network import MultiDepthNetwork
 from oahu.learners.oahu.update import UpdateStep
 
@@ -58,8 +59,7 @@ def set_combinable_values(
         at += n
     depths = step.n_depths
     alpha = torch.exp(values[at : at + depths])
-    alpha = (alpha / alpha.sum()).clamp(min=step.config.smoothing / depths)
-    alpha = (alpha / alpha.sum()).to(torch.float32)
+    alpha = floored(alpha / alpha.sum(), step.config.smoothing).to(torch.float32)
     losses = values[at + depths : at + 2 * depths].clamp(min=0.0).to(torch.float32)
     step.alpha = step.per_depth(alpha.clone())
     step.last_losses = step.per_depth(losses.clone())

@@ -22,7 +22,14 @@ import torch
 
 from oahu.learners.oahu.arrays import Array, namespace
 
-__all__ = ["HEDGE_SIGNALS", "HedgeSignal", "LossSignal", "MistakeSignal", "hedge_update"]
+__all__ = [
+    "HEDGE_SIGNALS",
+    "HedgeSignal",
+    "LossSignal",
+    "MistakeSignal",
+    "floored",
+    "hedge_update",
+]
 
 
 def hedge_update(
@@ -46,7 +53,6 @@ def hedge_update(
     [0.6667, 0.3333]
     """
     xp = namespace(alpha)
-    n_depths = alpha.shape[0]
     log_beta = math.log(beta)
     if losses.ndim == 2 and losses.shape[1] == 1:
         losses = losses[:, 0]  # one constraint: one update's signal, exactly
@@ -65,8 +71,17 @@ def hedge_update(
         # the sum of B of them does not underflow where their product would.
         log_factor = xp.log(factor).sum(1)
         factor = xp.exp(log_factor - log_factor.max())
-    updated = (factor * alpha).clip(min=smoothing / n_depths)
-    return updated / updated.sum()
+    return floored(factor * alpha, smoothing)
+
+
+def floored(weights: Array, smoothing: float) -> Array:
+    """Eq. 20's last step: the floor α ← max(α, s/(L+1)), then renormalisation to Σα = 1.
+
+    >>> [round(v, 4) for v in floored(torch.tensor([0.98, 0.01, 0.01]), 0.3).tolist()]
+    [0.8305, 0.0847, 0.0847]
+    """
+    lifted = weights.clip(min=smoothing / weights.shape[0])
+    return lifted / lifted.sum()
 
 
 class HedgeSignal(ABC):

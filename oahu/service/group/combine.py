@@ -28,16 +28,15 @@ replay of a recorded schedule (:mod:`.schedule`).
 
 >>> import numpy as np, torch
 >>> from oahu.learner import CombineValues
->>> last = torch.tensor([1.0, 2.0], dtype=torch.float64)
+>>> last = CombineValues(torch.tensor([1.0, 2.0], dtype=torch.float64), np.array([8.0]))
 >>> a = CombineValues(torch.tensor([1.0, 4.0], dtype=torch.float64), np.array([10.0]))
 >>> b = CombineValues(torch.tensor([3.0, 0.0], dtype=torch.float64), np.array([13.0]))
->>> base = np.array([8.0])
->>> total = pack(a, last, base, 1.0, [0, 1], "mean") + pack(b, last, base, 3.0, [1, 0], "mean")
->>> values, signals = unpack(total, last, base, n_signals=2, rule="mean")
+>>> total = pack(a, last, 1.0, [0, 1], "mean") + pack(b, last, 3.0, [1, 0], "mean")
+>>> values, signals = unpack(total, last, n_signals=2, rule="mean")
 >>> values.averaged.tolist(), values.summed.tolist(), signals.tolist()
 ([2.5, 1.0], [15.0], [1.0, 1.0])
->>> total = pack(a, last, base, 1.0, [], "sum") + pack(b, last, base, 3.0, [], "sum")
->>> unpack(total, last, base, n_signals=0, rule="sum")[0].averaged.tolist()
+>>> total = pack(a, last, 1.0, [], "sum") + pack(b, last, 3.0, [], "sum")
+>>> unpack(total, last, n_signals=0, rule="sum")[0].averaged.tolist()
 [3.0, 2.0]
 """
 
@@ -69,27 +68,29 @@ def combine_rule(learner: Learner) -> CombineRule:
 
 def pack(
     values: CombineValues,
-    last: torch.Tensor,
-    base: np.ndarray,
+    last: CombineValues,
     weight: float,
     signals: Sequence[float],
     rule: CombineRule,
 ) -> torch.Tensor:
     """A member's contribution to the sum (see the module docstring), on its values' device:
-    ``last`` is θ₀, ``base`` the group's counters at the last combine."""
+    ``last`` is what the last combine gave every member (θ₀ and the group's counters s)."""
     device = values.averaged.device
-    tail = np.concatenate([values.summed - base, [float(weight)], np.asarray(signals, np.float64)])
-    change = values.averaged - last.to(device)
+    tail = np.concatenate(
+        [values.summed - last.summed, [float(weight)], np.asarray(signals, np.float64)]
+    )
+    change = values.averaged - last.averaged.to(device)
     if rule == "mean":
         change = change * float(weight)
     return torch.cat([change, torch.from_numpy(tail).to(device, torch.float64)])
 
 
 def unpack(
-    total: torch.Tensor, last: torch.Tensor, base: np.ndarray, n_signals: int, rule: CombineRule
+    total: torch.Tensor, last: CombineValues, n_signals: int, rule: CombineRule
 ) -> tuple[CombineValues | None, np.ndarray]:
     """The combined values (an empty averaged part when no member learned anything: each keeps
     its own, the last combined model) and the summed signals."""
+    base = last.summed
     tail = total[-(len(base) + 1 + n_signals) :].cpu().numpy()
     summed = base + tail[: len(base)]
     weight = float(tail[len(base)])
@@ -98,7 +99,7 @@ def unpack(
     if weight <= 0.0:
         return CombineValues(averaged[:0], summed), signals
     change = averaged / weight if rule == "mean" else averaged
-    return CombineValues(last.to(change.device) + change, summed), signals
+    return CombineValues(last.averaged.to(change.device) + change, summed), signals
 
 
 def apply(learner: Learner, combined: CombineValues) -> None:
@@ -118,11 +119,10 @@ def combine_in_process(
     """Combine ``learners`` (the members, in rank order) in place, as the group's all-reduce
     does, from ``last`` (what the last combine gave them); returns what this one gave them."""
     parts = [
-        pack(m.combine_values(), last.averaged, last.summed, w, [], rule)
-        for m, w in zip(learners, weights, strict=True)
+        pack(m.combine_values(), last, w, [], rule) for m, w in zip(learners, weights, strict=True)
     ]
     total = reduce(parts) if reduce is not None else torch.stack(parts).sum(0)
-    combined, _ = unpack(total, last.averaged, last.summed, 0, rule)
+    combined, _ = unpack(total, last, 0, rule)
     assert combined is not None
     for member in learners:
         apply(member, combined)

@@ -248,12 +248,10 @@ class GroupLoop(ConsumerLoop):
         signals[_CHANGES] = float(len(pending))
         signals[_CONSUMED] = float(local)
         with self.lock:
-            last = self.last
             total = self.group.all_reduce(
-                pack(self.learner.combine_values(), last.averaged, last.summed, weight, signals,
-                     self.rule)
-            )  # fmt: skip
-            combined, summed = unpack(total, last.averaged, last.summed, _N_SIGNALS, self.rule)
+                pack(self.learner.combine_values(), self.last, weight, signals, self.rule)
+            )
+            combined, summed = unpack(total, self.last, _N_SIGNALS, self.rule)
             apply(self.learner, combined)
             self.last = self.learner.combine_values()
             group_consumed = round(float(summed[_CONSUMED]))
