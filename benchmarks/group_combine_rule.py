@@ -9,10 +9,12 @@ a seed's development split halved into learning items and validation queries), s
 one learner over the same stream is the reference. The score is the kNN (k = 5) error count on
 the validation queries after the stream, member 0's model (every member holds the same one).
 
-``--sharding file``: member i learns the constraints at positions i mod N, as the group shards a
-stream file (in the paper's protocol a derived constraint follows each seed, so with two members
-one learns every seed and the other every derived constraint); ``blocks``: each member learns
-the next K updates' worth in turn, as Kafka partitions filled in batches would hold them.
+``--sharding records``: member i learns the constraints at positions i mod N, as the group
+dealt a stream file out before it cut files in blocks (in the paper's protocol a derived
+constraint follows each seed, so with two members one learns every seed and the other every
+derived constraint; results written then call it ``file``); ``blocks``: each member learns the
+next K updates' worth in turn, as the group reads a stream file now and as Kafka partitions
+filled in batches would hold them.
 
     python -m benchmarks.group_combine_rule --out benchmarks/results/group-combine-rule.json
 """
@@ -64,7 +66,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         for start in range(0, n, share * n_members):
             weights = []
             for rank, member in enumerate(members):
-                if spec["sharding"] == "file":  # record o to member o mod N
+                if spec["sharding"] == "records":  # record o to member o mod N
                     mine = np.arange(start + rank, min(start + share * n_members, n), n_members)
                 else:
                     mine = np.arange(start + rank * share, min(start + (rank + 1) * share, n))
@@ -91,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--members", type=int, default=2)
     parser.add_argument("--every", type=int, default=64, help="updates per member per round (K)")
     parser.add_argument("--rules", nargs="+", default=[SINGLE, "mean", "sum"])
-    parser.add_argument("--sharding", choices=["file", "blocks"], default="file",
+    parser.add_argument("--sharding", choices=["records", "blocks"], default="blocks",
                         help="which constraints each member learns (see above)")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2, help="runs at once (one core each)")
     parser.add_argument("--out", type=Path)

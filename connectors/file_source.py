@@ -227,6 +227,21 @@ class FileSource:
             self.exhausted = True
         return [SourceRecord(self.source, 0, start + i, v) for i, v in enumerate(values)]
 
+    def skip_to(self, offset: int) -> None:
+        """Go forward to ``offset`` without handing out the records before it (an offset at or
+        behind the position changes nothing); ``exhausted`` when the file ends before it. A
+        stream file jumps there; a text file is read through, as it has no index."""
+        wanted = offset - self._position
+        if wanted <= 0:
+            return
+        if self._lines is None:
+            skipped = min(wanted, len(self._constraints) - self._position)
+        else:
+            skipped = sum(1 for _ in zip(range(wanted), self._lines, strict=False))
+        self._position += skipped
+        if skipped < wanted:
+            self.exhausted = True
+
     # ------------------------------------------------------------------ offsets
     def commit(self, offsets: Mapping[int, int]) -> bool:
         """Remember the committed offset (files have no broker; the checkpoint persists it)."""

@@ -15,5 +15,5 @@ def test_a_short_run_scores_each_rule_and_sharding_on_validation_queries(tmp_pat
     runs = {run["rule"]: run for run in report["runs"]}
     assert set(runs) == {"mean", "sum"}
     for run in runs.values():
-        assert run["sharding"] == "file" and run["seed"] == 100
+        assert run["sharding"] == "blocks" and run["seed"] == 100
         assert 0 < run["validation_errors"] < run["n_validation"]

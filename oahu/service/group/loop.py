@@ -139,20 +139,29 @@ class RoundOutcome:
     consumed: int
 
 
-def group_progress(config: ServiceConfig, progress: Progress) -> Progress:
+def round_records(config: ServiceConfig, learner: Learner) -> int:
+    """The records a member polls for one round: ``combine_every`` updates' worth."""
+    return config.combine_every * max(1, learner.constraints_per_update)
+
+
+def group_progress(config: ServiceConfig, progress: Progress, block: int) -> Progress:
     """The progress a group of ``config.learners`` starts from. A stream file's checkpoint
-    belongs to a number of learners (its offsets are per shard, :mod:`.shards`): one learner
-    process's offset of the file (everything before it learned) starts every shard; a group's
-    of another size is refused."""
+    belongs to a number of learners and a block (its offsets are per shard, :mod:`.shards`):
+    a group's of another size is refused; its block stays (a group's checkpoint written before
+    files were cut in blocks dealt records out one by one: a block of 1); one learner process's
+    offset of the file (everything before it learned) starts every shard, in blocks of
+    ``block``, as does a new group."""
     members = config.learners
     written_by = progress.group.get("members", 1)
-    if config.is_kafka or not progress.offsets:
+    if config.is_kafka:
         return progress
     if written_by == members:
+        progress.group.setdefault("block", 1 if progress.offsets else block)
         return progress
     if written_by == 1:
         start = progress.offsets.get(0, 0)
-        progress.offsets = {p: start for p in range(members)}
+        progress.offsets = {p: start for p in range(members)} if progress.offsets else {}
+        progress.group = {**progress.group, "members": members, "block": block}
         return progress
     raise ValueError(
         f"learners: the checkpoint in {config.checkpoint_dir} was written by a group of "
@@ -197,7 +206,7 @@ class GroupLoop(ConsumerLoop):
         self.rule = combine_rule(learner)
         self._dead_at_cut = Counter(progress.dead_letters)
         self._status_at = 0.0
-        self.round_records = config.combine_every * max(1, learner.constraints_per_update)
+        self.round_records = round_records(config, learner)
 
     # ------------------------------------------------------------------ rounds
     def run(self, stop: threading.Event) -> None:
@@ -349,7 +358,8 @@ class GroupLoop(ConsumerLoop):
         progress.dead_letters = dead
         progress.items_version = self.catalog.version
         progress.written_at = time.time()
-        progress.group = {"members": self.group.members, "round": self.round}
+        # a file's block (group_progress) stays with the checkpoint
+        progress.group = {**progress.group, "members": self.group.members, "round": self.round}
         keep = progress.consumed != self.checkpointed.consumed
         write_checkpoint(self.checkpoint_file, self.learner, progress, keep_previous=keep)
         self._commit()

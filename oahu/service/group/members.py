@@ -46,7 +46,13 @@ from oahu.persistence import learner_from_bytes
 from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemChange, base_items
 from oahu.service.checkpoints import Progress
 from oahu.service.config import ServiceConfig, configure_logging
-from oahu.service.group.loop import GroupLoop, NoServing, group_progress, member_directory
+from oahu.service.group.loop import (
+    GroupLoop,
+    NoServing,
+    group_progress,
+    member_directory,
+    round_records,
+)
 from oahu.service.group.schedule import ScheduleLog
 from oahu.service.group.shards import ShardedFileSource, member_partitions
 from oahu.service.item_store import ItemStore
@@ -147,7 +153,9 @@ def build_group_loop(
     """Member ``group.rank``'s loop over its share of the source, from ``start``."""
     rank, members = group.rank, group.members
     learner, _ = learner_from_bytes(start.learner)
-    progress = group_progress(config, Progress.from_extra(start.progress))
+    progress = group_progress(
+        config, Progress.from_extra(start.progress), round_records(config, learner)
+    )
     own = config.replace(checkpoint_dir=str(member_directory(config, rank)))
     Path(own.checkpoint_dir).mkdir(parents=True, exist_ok=True)
     if config.is_kafka:
@@ -160,7 +168,7 @@ def build_group_loop(
         )  # fmt: skip
         items, _ = base_items(config)
     else:
-        source = ShardedFileSource(config.file_path(), rank, members)
+        source = ShardedFileSource(config.file_path(), rank, members, progress.group["block"])
         items, _ = base_items(config, source.file)
     catalog = Catalog(items, ItemStore(), Path(config.checkpoint_dir) / OVERLAY_FILE)
     schedule = ScheduleLog(config.checkpoint_dir, rank, progress.group.get("round", 0))

@@ -5,13 +5,23 @@ A Kafka topic's partition p goes to member p mod N, assigned manually
 a partition between members, so a member's offsets are its own until the group is re-formed
 from a checkpoint.
 
-A stream file is read by N members as if it were a topic of N partitions: record ``o`` of the
-file belongs to *shard* ``o mod N``, member ``o mod N`` reads it, and its records keep their
-file offsets, under partition number ``o mod N`` (:class:`ShardedFileSource`). The checkpoint
-then holds, per shard, the next file offset to read, as a topic's offsets per partition.
+A stream file is read by N members as if it were a topic of N partitions, cut in blocks of
+``block`` consecutive records dealt out in turn: record ``o`` belongs to *shard*
+``(o // block) mod N``, which member ``(o // block) mod N`` reads, its records keeping their
+file offsets, under partition number ``(o // block) mod N`` (:class:`ShardedFileSource`). The
+checkpoint then holds, per shard, the next file offset to read, as a topic's offsets per
+partition, and the block, which stays the group's for as long as it continues that checkpoint.
+
+Why blocks, and of a round's records: a stream is ordered in time, and in the paper's protocol
+each derived constraint follows its seed, so dealing records out one by one would give one
+member of two every seed and the other every derived constraint. A block of one round's
+records (``--combine-every`` updates' worth) lets every round of the group learn one stretch of
+the stream, as one learner would learn it, only split over the members.
 
 >>> member_partitions([0, 1, 2, 3, 4], member=1, members=3)
 [1, 4]
+>>> [shard_of(o, members=2, block=3) for o in range(8)]
+[0, 0, 0, 1, 1, 1, 0, 0]
 """
 
 from __future__ import annotations
@@ -19,10 +29,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from oahu.checks import check_int
 from oahu.connectors.file_source import FileSource
 from oahu.connectors.source import PartitionCallback, SourceRecord
 
-__all__ = ["ShardedFileSource", "member_partitions"]
+__all__ = ["ShardedFileSource", "member_partitions", "shard_of"]
 
 
 def member_partitions(partitions: list[int], member: int, members: int) -> list[int]:
@@ -30,9 +41,14 @@ def member_partitions(partitions: list[int], member: int, members: int) -> list[
     return [p for p in partitions if p % members == member]
 
 
+def shard_of(offset: int, members: int, block: int) -> int:
+    """The shard (and member) of a stream file's record ``offset``: its block mod N."""
+    return (offset // block) % members
+
+
 class ShardedFileSource:
-    """The records of a stream file whose offset is ``member`` mod ``members``, as partition
-    ``member`` (offsets: the file's).
+    """The records of a stream file in the blocks of ``block`` records that belong to ``member``
+    of ``members`` (:func:`shard_of`), as partition ``member`` (offsets: the file's).
 
     >>> import tempfile
     >>> from pathlib import Path
@@ -40,17 +56,20 @@ class ShardedFileSource:
     >>> from oahu.streams.stream_file import ConstraintStream
     >>> path = Path(tempfile.mkdtemp()) / "s.npz"
     >>> ConstraintStream(np.eye(3), [0, 0, 1], [0, 1, 2], [], "triplet",
-    ...                  [[0, 1, 2], [1, 0, 2]] * 4).save(path)
-    >>> shard = ShardedFileSource(path, member=1, members=3)
-    >>> [(r.partition, r.offset) for r in shard.poll(2)], shard.lag()
-    ([(1, 1), (1, 4)], {1: 1})
-    >>> shard.seek({1: 5}); [r.offset for r in shard.poll(10)], shard.exhausted
-    ([7], True)
+    ...                  [[0, 1, 2], [1, 0, 2]] * 5).save(path)
+    >>> shard = ShardedFileSource(path, member=1, members=3, block=2)
+    >>> [(r.partition, r.offset) for r in shard.poll(3)], shard.lag()
+    ([(1, 2), (1, 3), (1, 8)], {1: 1})
+    >>> shard.seek({1: 4}); [r.offset for r in shard.poll(10)], shard.exhausted
+    ([8, 9], True)
     """
 
-    def __init__(self, path: str | os.PathLike[str], member: int, members: int) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], member: int, members: int, block: int = 1
+    ) -> None:
+        check_int(block, "block", minimum=1)
         self.file = FileSource(path)
-        self.member, self.members = member, members
+        self.member, self.members, self.block = member, members, block
         self.source = self.file.source
         self.last_committed: int | None = None
         self._on_assign: PartitionCallback | None = None
@@ -73,24 +92,36 @@ class ShardedFileSource:
         """``on_assign([member])`` runs at the first poll; a shard is never revoked."""
         self._on_assign = on_assign
 
+    def _first_from(self, offset: int) -> int:
+        """The offset of the shard's first record at or after ``offset``."""
+        block = offset // self.block
+        ahead = (self.member - block) % self.members
+        return offset if ahead == 0 else (block + ahead) * self.block
+
+    def _before(self, offset: int) -> int:
+        """How many of the shard's records lie before ``offset``."""
+        cycles, into = divmod(offset, self.members * self.block)
+        return cycles * self.block + min(max(0, into - self.member * self.block), self.block)
+
     def poll(self, max_records: int = 500, timeout: float = 0.0) -> list[SourceRecord]:
-        """The shard's next records (at most ``max_records``); reads the file up to the last
-        of them, so that the position stays just past the last record handed out."""
+        """The shard's next records (at most ``max_records``), read block by block; the file
+        goes no further than the last of them, and skips the other members' blocks unread."""
         if not self._assigned:
             self._assigned = True
             if self._on_assign is not None:
                 self._on_assign(self.assignment)
-        if max_records <= 0:
-            return []
-        # The file's records up to this shard's max_records-th from here, no further.
-        ahead = (self.member - self.file.position) % self.members
-        wanted = ahead + 1 + (max_records - 1) * self.members
-        records = self.file.poll(wanted)
-        return [
-            SourceRecord(r.source, self.member, r.offset, r.value, r.timestamp, r.key)
-            for r in records
-            if r.offset % self.members == self.member
-        ]
+        records: list[SourceRecord] = []
+        while len(records) < max_records and not self.file.exhausted:
+            self.file.skip_to(self._first_from(self.file.position))
+            if self.file.exhausted:
+                break
+            left_in_block = self.block - self.file.position % self.block
+            read = self.file.poll(min(left_in_block, max_records - len(records)))
+            records.extend(
+                SourceRecord(r.source, self.member, r.offset, r.value, r.timestamp, r.key)
+                for r in read
+            )
+        return records
 
     def commit(self, offsets: Mapping[int, int]) -> bool:
         """Remember the committed offset (the checkpoint persists it)."""
@@ -110,9 +141,7 @@ class ShardedFileSource:
         if left is None:
             return {}
         position = self.file.position
-        end = position + left
-        first = position + (self.member - position) % self.members
-        return {self.member: max(0, -(-(end - first) // self.members))}
+        return {self.member: self._before(position + left) - self._before(position)}
 
     def close(self) -> None:
         self.file.close()
