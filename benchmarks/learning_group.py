@@ -12,6 +12,7 @@ queries (all of them by default). The stream is made once with ``oahu make-strea
 --dataset fashion-mnist``. The machine's load average is recorded beside each figure: on a
 shared 2-core machine other processes cost a lot, and two members need both cores.
 
+    python benchmarks/learning_group.py --constraints 100000          # the default K
     python benchmarks/learning_group.py --constraints 100000 --combine-every 16 64
     python benchmarks/learning_group.py --constraints 20000 --batch-sizes 1 \
         --members 2 --combine-every 1 4 16 64 --out benchmarks/results/learning-group-k.json
@@ -40,6 +41,7 @@ from oahu.persistence import learner_to_bytes
 from oahu.registry import make_learner
 from oahu.service.checkpoints import Progress, checkpoint_path, read_checkpoint
 from oahu.service.config import ServiceConfig
+from oahu.service.group.loop import round_updates
 from oahu.service.learning.main import learner_main
 from oahu.service.messages import Start
 from oahu.service.serving.process import LearnerProcess
@@ -93,7 +95,7 @@ def run_one(stream_path: Path, members: int, batch: int, every: int, state: Path
     return {
         "members": members,
         "batch_size": batch,
-        "combine_every": every if members > 1 else None,
+        "combine_every": round_updates(config, learner) if members > 1 else None,
         "constraints_per_s": (c1 - c0) / (t1 - t0),
         "seconds": t1 - t0,
         "load_average_before": load_before,
@@ -116,7 +118,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 256])
     parser.add_argument("--members", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--combine-every", type=int, nargs="+", default=[64])
+    parser.add_argument(
+        "--combine-every", type=int, nargs="+", default=[None],
+        help="K values to run (default: the service's, by the learner's mode)",
+    )  # fmt: skip
     parser.add_argument("--repeats", type=int, default=2, help="runs per setting, interleaved")
     parser.add_argument(
         "--queries", type=int, default=None, help="test queries evaluated (default: all)"
@@ -153,14 +158,14 @@ def main() -> None:
                 )
             print(json.dumps({**record, "repeat": repeat}), flush=True)
     rows = []
-    for (members, batch, every), entry in results.items():
+    for (members, batch, _), entry in results.items():
         rates = [r["constraints_per_s"] for r in entry["runs"]]
         one = results[(1, batch, args.combine_every[0])] if 1 in args.members else None
         one_rates = [r["constraints_per_s"] for r in one["runs"]] if one else None
         row = {
             "members": members,
             "batch_size": batch,
-            "combine_every": every if members > 1 else None,
+            "combine_every": entry["combine_every"],
             "constraints_per_s_best": max(rates),
             "constraints_per_s_median": statistics.median(rates),
             "runs": entry["runs"],

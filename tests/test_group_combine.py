@@ -14,6 +14,7 @@ from oahu.learners.oahu.learner import OAHU
 from oahu.registry import make_learner
 from oahu.service.config import ServiceConfig
 from oahu.service.group.combine import combine_in_process, combine_rule, pack, unpack
+from oahu.service.group.loop import round_records
 
 
 def _values(averaged: list[float], summed: list[float]) -> CombineValues:
@@ -168,3 +169,14 @@ def test_a_learner_that_cannot_combine_is_refused_with_more_than_one_learner() -
     with pytest.raises(ValueError, match="group_address: expected tcp://HOST:PORT or env://"):
         ServiceConfig(learners=2, group_address="127.0.0.1:29500")
     assert ServiceConfig().learners == 1
+    with pytest.raises(ValueError, match=r"combine_every: must be an integer >= 1, got 0"):
+        ServiceConfig(learners=2, combine_every=0)
+
+
+def test_a_round_is_256_strict_steps_or_64_micro_batches_unless_k_is_given() -> None:
+    config = ServiceConfig(learners=2)
+    assert round_records(config, OAHU(n_features=3)) == 256
+    assert round_records(config, OAHU(n_features=3, batch_size=16)) == 64 * 16
+    given = config.replace(combine_every=5)
+    assert round_records(given, OAHU(n_features=3)) == 5
+    assert round_records(given, OAHU(n_features=3, batch_size=16)) == 5 * 16

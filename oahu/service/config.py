@@ -35,7 +35,6 @@ _COUNTS = (
     "default_constraints",
     "ivf_nprobe",
     "learners",
-    "combine_every",
 )
 _SECONDS = (
     "checkpoint_interval",
@@ -200,8 +199,11 @@ class ServiceConfig:
         "learning group, docs/delivery.md); 1: one learner process",
         "N",
     )
-    combine_every: int = _opt(
-        64, "a learning group combines its members' models after this many updates each", "K"
+    combine_every: int | None = _opt(
+        None,
+        "a learning group combines its members' models after this many updates each; default: "
+        "256 for strict learners, 64 for micro-batch learners (docs/delivery.md says why)",
+        "K",
     )
     group_address: str | None = _opt(
         None,
@@ -222,8 +224,9 @@ class ServiceConfig:
     def __post_init__(self) -> None:
         for name in _COUNTS:
             check_int(getattr(self, name), name)
-        if self.n_features is not None:
-            check_int(self.n_features, "n_features")
+        for name in ("n_features", "combine_every"):
+            if getattr(self, name) is not None:
+                check_int(getattr(self, name), name)
         check_int(self.learner_nice, "learner_nice", minimum=0, maximum=19)
         check_int(self.seed, "seed", minimum=0)
         for name in _SECONDS:

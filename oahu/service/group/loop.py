@@ -1,8 +1,8 @@
 """The learn loop of a learning group's member: rounds of local learning, each ended by a
 combine, and the consistent cut that a checkpoint is.
 
-A round: the member polls up to ``combine_every`` updates' worth of its own records
-(``combine_every × batch_size``; any number, 0 included, when its partitions are idle or
+A round: the member polls up to K updates' worth of its own records (K × batch_size, K from
+:func:`round_updates`; any number, 0 included, when its partitions are idle or
 behind), learns them with the one-process loop's code (:class:`~oahu.service.learning.consumer.
 ConsumerLoop`: decoding, dead letters, in-flight records), logs them in the schedule
 (:mod:`.schedule`) and joins the combine (:mod:`.combine`), one all-reduce that also carries
@@ -139,9 +139,33 @@ class RoundOutcome:
     consumed: int
 
 
+#: Updates per member per round when ``combine_every`` is not given: a strict round of 64 steps
+#: spent 12-16% of a member's time at the combine, and on development streams 256 steps made as
+#: few validation errors as 64; a micro-batch round of 64 updates is already thousands of
+#: constraints, and more of them would only delay stops, checkpoints and served snapshots.
+STRICT_ROUND_UPDATES = 256
+MICRO_BATCH_ROUND_UPDATES = 64
+
+
+def round_updates(config: ServiceConfig, learner: Learner) -> int:
+    """Each member's updates per round (K): ``combine_every``, else by the learner's mode.
+
+    >>> from oahu.learners.oahu.learner import OAHU
+    >>> config = ServiceConfig()
+    >>> round_updates(config, OAHU(n_features=2)), round_updates(config, OAHU(2, batch_size=8))
+    (256, 64)
+    >>> round_updates(config.replace(combine_every=4), OAHU(n_features=2))
+    4
+    """
+    if config.combine_every is not None:
+        return config.combine_every
+    strict = learner.constraints_per_update == 1
+    return STRICT_ROUND_UPDATES if strict else MICRO_BATCH_ROUND_UPDATES
+
+
 def round_records(config: ServiceConfig, learner: Learner) -> int:
-    """The records a member polls for one round: ``combine_every`` updates' worth."""
-    return config.combine_every * max(1, learner.constraints_per_update)
+    """The records a member polls for one round: K updates' worth."""
+    return round_updates(config, learner) * max(1, learner.constraints_per_update)
 
 
 def group_progress(config: ServiceConfig, progress: Progress, block: int) -> Progress:

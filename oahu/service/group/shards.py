@@ -15,7 +15,7 @@ partition, and the block, which stays the group's for as long as it continues th
 Why blocks, and of a round's records: a stream is ordered in time, and in the paper's protocol
 each derived constraint follows its seed, so dealing records out one by one would give one
 member of two every seed and the other every derived constraint. A block of one round's
-records (``--combine-every`` updates' worth) lets every round of the group learn one stretch of
+records (K updates' worth, ``--combine-every``) lets every round of the group learn one stretch of
 the stream, as one learner would learn it, only split over the members.
 
 >>> member_partitions([0, 1, 2, 3, 4], member=1, members=3)
