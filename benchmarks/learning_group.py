@@ -4,13 +4,17 @@ Fashion-MNIST triplet stream (the paper's protocol), strict (B = 1) and micro-ba
 Each run is the service's learner process as ``oahu run`` spawns it (a real
 :class:`~oahu.service.serving.process.LearnerProcess` over the stream file with
 ``--exit-at-end``): with ``--learners 1`` today's one process, with 2 a group of two that
-combines every ``--combine-every`` updates. Constraints/s are counted from the first status
-report with records consumed to the last (start-up and rendezvous left out; the final
-checkpoint, which both write before their last report, in), best and median of ``--repeats``
-interleaved runs; test error is the kNN error (k = 5) of the final checkpoint on the test
-queries (all of them by default). The stream is made once with ``oahu make-stream
---dataset fashion-mnist``. The machine's load average is recorded beside each figure: on a
-shared 2-core machine other processes cost a lot, and two members need both cores.
+combines every ``--combine-every`` updates. Constraints/s are counted over the same stretch of
+the stream for every run of a batch size: from its first status report at or past the count at
+which the latest of those runs first reported records consumed, to its last report (start-up
+and rendezvous left out; the final checkpoint, which both write before their last report, in).
+A group reports after its first round, which at B = 256 is a third of a 100,000-constraint
+stream, and a learner's first updates are its smallest (the micro-batch ramp), so counting each
+run from its own first report would leave the slow start out of the group's rate only. Best and
+median of ``--repeats`` interleaved runs; test error is the kNN error (k = 5) of the final
+checkpoint on the test queries (all of them by default). The stream is made once with
+``oahu make-stream --dataset fashion-mnist``. The machine's load average is recorded beside each
+figure: on a shared 2-core machine other processes cost a lot, and two members need both cores.
 
     python benchmarks/learning_group.py --constraints 100000          # the default K
     python benchmarks/learning_group.py --constraints 100000 --combine-every 16 64
@@ -88,20 +92,26 @@ def run_one(stream_path: Path, members: int, batch: int, every: int, state: Path
     process.finished.wait()
     if process.error:
         raise RuntimeError(process.error)
-    moving = [(t, c) for t, c in reports if c > 0]
-    (t0, c0), (t1, c1) = moving[0], moving[-1]
     model, progress = read_checkpoint(checkpoint_path(state))
     assert progress.consumed == len(stream), (progress.consumed, len(stream))
     return {
         "members": members,
         "batch_size": batch,
         "combine_every": round_updates(config, learner) if members > 1 else None,
-        "constraints_per_s": (c1 - c0) / (t1 - t0),
-        "seconds": t1 - t0,
+        "reports": reports,
         "load_average_before": load_before,
         "load_average_after": os.getloadavg(),
         "model": model,
     }
+
+
+def rate_from(record: dict[str, Any], start: int) -> dict[str, float]:
+    """Constraints/s of a run from its first status report at or past ``start`` constraints to
+    its last, and the seconds between them."""
+    reports = record["reports"]
+    t0, c0 = next((t, c) for t, c in reports if c >= start)
+    t1, c1 = reports[-1]
+    return {"constraints_per_s": (c1 - c0) / (t1 - t0), "from": c0, "seconds": t1 - t0}
 
 
 def test_error(model: Any, stream: Any, queries: int) -> float:
@@ -148,15 +158,26 @@ def main() -> None:
             state = work / f"state-{members}-{batch}-{every}-{repeat}"
             record = run_one(stream_path, members, batch, every, state)
             model = record.pop("model")
-            entry = results.setdefault((members, batch, every), {**record, "runs": []})
+            kept = {k: v for k, v in record.items() if k != "reports"}
+            entry = results.setdefault((members, batch, every), {**kept, "runs": []})
             entry["runs"].append(
-                {k: record[k] for k in ("constraints_per_s", "load_average_before")}
+                {k: record[k] for k in ("reports", "load_average_before", "load_average_after")}
             )
             if repeat == 0:
                 entry["test_error"] = (
                     None if args.no_eval else test_error(model, stream, args.queries)
                 )
-            print(json.dumps({**record, "repeat": repeat}), flush=True)
+    # the same stretch of the stream for every run of a batch size (see the docstring)
+    for batch in args.batch_sizes:
+        entries = [e for (_, b, _), e in results.items() if b == batch]
+        start = max(next(c for _, c in r["reports"] if c > 0) for e in entries for r in e["runs"])
+        for entry in entries:
+            for repeat, run in enumerate(entry["runs"]):
+                run.update(rate_from(run, start))
+                summary = {k: v for k, v in run.items() if k != "reports"}
+                print(json.dumps({**summary, "members": entry["members"], "batch_size": batch,
+                                  "repeat": repeat}), flush=True)  # fmt: skip
+                del run["reports"]
     rows = []
     for (members, batch, _), entry in results.items():
         rates = [r["constraints_per_s"] for r in entry["runs"]]
