@@ -133,6 +133,11 @@ def test_help_documents_every_option():
     for field in dataclasses.fields(ServiceConfig):
         assert flag_of(field) in text, field.name
         assert field.metadata["help"].split()[0] in text
+    flat = " ".join(text.split())
+    # a default said once: in the option's own words where it explains one, else as a value
+    assert "64 for micro-batch learners (docs/delivery.md says why) --group-address" in flat
+    assert "default: all of them --group-timeout" in flat
+    assert "(default: 64)" not in flat and "(default: 0.5)" in flat
     assert [flag_of(f) for f in dataclasses.fields(ServiceConfig) if f.name in ("kafka", "k")] == [
         "--kafka-option",
         "--k",

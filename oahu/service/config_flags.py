@@ -44,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None 
         if only is not None and f.name not in only:
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        text = f"{f.metadata['help']} (default: {default!r})"
+        text = f.metadata["help"]
+        if "default:" not in text:  # an option whose help explains its default says it there
+            text += f" (default: {default!r})"
         kind = setting_type(f.name)
         if kind is dict:
             action = {"action": "append", "metavar": f.metadata["metavar"]}
