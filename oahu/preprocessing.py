@@ -108,6 +108,9 @@ class InputScaler:
         self.scale: np.ndarray | None = None
         self.components: np.ndarray | None = None  # (K, d) principal axes, rows of unit norm
         self.lift: float | None = None  # the constant coordinate of "lift"
+        # components.T in float64 for row-invariant projections, made once per set of axes:
+        # converting the (d, K) matrix on every call cost more than projecting one row
+        self._axes64: tuple[np.ndarray, np.ndarray] | None = None
         k = next((c for c in map(pca_components, self.steps) if c is not None), None)
         self._pca = None if k is None else min(k, n_features)
 
@@ -199,8 +202,15 @@ class InputScaler:
         if self.components is None:
             return x
         if row_invariant:
-            return (x.astype(np.float64) @ self.components.T.astype(np.float64)).astype(np.float32)
+            return (x.astype(np.float64) @ self._components_t64()).astype(np.float32)
         return x @ self.components.T
+
+    def _components_t64(self) -> np.ndarray:
+        """``components.T`` in float64, converted again only when the axes are replaced."""
+        assert self.components is not None
+        if self._axes64 is None or self._axes64[0] is not self.components:
+            self._axes64 = (self.components, self.components.T.astype(np.float64))
+        return self._axes64[1]
 
     def get_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"spec": self.spec}
