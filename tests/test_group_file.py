@@ -120,3 +120,5 @@ def test_a_shard_reads_its_blocks_and_continues_at_a_checkpoint(
     assert [r.offset for r in shards[1].poll(3)] == [14, 15, 20]
     assert shards[1].lag() == {1: 1}
     assert [r.offset for r in shards[1].poll(3)] == [21]
+    for shard in shards:
+        shard.close()
