@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from oahu.connectors.dead_letter import DeadLetter, DeadLetterFile, read_dead_letters
 from oahu.connectors.file_source import FileSource
@@ -174,3 +176,32 @@ def test_a_cross_modal_stream_file_reads_as_version_2_messages_in_file_order(tmp
     assert all(decode_batch([r.value]).batches[0].modalities is not None for r in read)
     source.seek(11)
     assert rows(source.poll(100)) == expected[11:] and source.lag() == {0: 0}
+
+
+@pytest.fixture(scope="module")
+def skip_files(tmp_path_factory):
+    """The same 9 triplets as a stream file (indexed) and as a file of JSON messages (read
+    through)."""
+    directory = tmp_path_factory.mktemp("skip")
+    rows = [[i % 3, (i + 1) % 3, (i + 2) % 3] for i in range(9)]
+    stream = ConstraintStream(np.eye(3), [0, 1, 2], [0, 1, 2], [], "triplet", rows)
+    npz = directory / "s.npz"
+    stream.save(npz)
+    lines = directory / "messages.jsonl"
+    lines.write_bytes(b"".join(encode_json(Constraint("triplet", ids=tuple(map(str, r)))) + b"\n"
+                               for r in rows))  # fmt: skip
+    return {"npz": npz, "lines": lines}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(kind=st.sampled_from(["npz", "lines"]), first=st.integers(0, 9), to=st.integers(0, 12))
+def test_skipping_forward_hands_out_nothing_before_the_offset(skip_files, kind, first, to):
+    source = FileSource(skip_files[kind])
+    assert [r.offset for r in source.poll(first)] == list(range(first))
+    source.skip_to(to)  # an offset behind the position changes nothing
+    position = max(first, min(to, 9))
+    assert source.position == position
+    assert source.exhausted == (to > 9)  # only a skip past the end says the file ended there
+    assert [r.offset for r in source.poll(20)] == list(range(position, 9))
+    assert source.exhausted
+    source.close()
