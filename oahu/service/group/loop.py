@@ -183,8 +183,9 @@ def group_progress(config: ServiceConfig, progress: Progress, block: int) -> Pro
         progress.group.setdefault("block", 1 if progress.offsets else block)
         return progress
     if written_by == 1:
-        start = progress.offsets.get(0, 0)
-        progress.offsets = {p: start for p in range(members)} if progress.offsets else {}
+        if progress.offsets:
+            start = progress.offsets.get(0, 0)
+            progress.offsets = {p: start for p in range(members)}
         progress.group = {**progress.group, "members": members, "block": block}
         return progress
     raise ValueError(

@@ -20,8 +20,6 @@ the stream, as one learner would learn it, only split over the members.
 
 >>> member_partitions([0, 1, 2, 3, 4], member=1, members=3)
 [1, 4]
->>> [shard_of(o, members=2, block=3) for o in range(8)]
-[0, 0, 0, 1, 1, 1, 0, 0]
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from oahu.checks import check_int
 from oahu.connectors.file_source import FileSource
 from oahu.connectors.source import PartitionCallback, SourceRecord
 
-__all__ = ["ShardedFileSource", "member_partitions", "shard_of"]
+__all__ = ["ShardedFileSource", "member_partitions"]
 
 
 def member_partitions(partitions: list[int], member: int, members: int) -> list[int]:
@@ -41,14 +39,10 @@ def member_partitions(partitions: list[int], member: int, members: int) -> list[
     return [p for p in partitions if p % members == member]
 
 
-def shard_of(offset: int, members: int, block: int) -> int:
-    """The shard (and member) of a stream file's record ``offset``: its block mod N."""
-    return (offset // block) % members
-
-
 class ShardedFileSource:
     """The records of a stream file in the blocks of ``block`` records that belong to ``member``
-    of ``members`` (:func:`shard_of`), as partition ``member`` (offsets: the file's).
+    of ``members`` (record o's if o // block mod members is ``member``), as partition ``member``
+    (offsets: the file's).
 
     >>> import tempfile
     >>> from pathlib import Path
