@@ -10,7 +10,8 @@ import torch
 from oahu.inference import GalleryIndex, classify, make_index
 from oahu.inference.flat import FlatIndex
 from oahu.inference.ivf import IVFIndex
-from oahu.inference.matmul import QUERY_BLOCK, MatmulIndex, smallest_k
+from oahu.inference.matmul import QUERY_BLOCK, MatmulIndex
+from oahu.inference.shortlist import smallest_k
 
 
 @pytest.mark.parametrize("metric", ["l2", "ip"])
