@@ -9,14 +9,16 @@ measures how much that costs each of them, which bounds what a second replica ad
 
 - ``alone`` / ``beside``: ms per search of a synthetic gallery (``--items`` × 3 depths × 200,
   unit rows) at batches of 1, 4 and 16 queries, in one process, then in two processes at once
-  (each on one thread, as a replica's query thread runs), multiplying through ``--products``
-  (by default the library the index chooses for this CPU; ``products`` in the JSON);
+  (each on one thread, as a replica's query thread runs), ranking the gallery by a float32
+  product through ``--products`` (by default the library the index chooses for this CPU;
+  ``products`` in the JSON) and by a bfloat16 one (``bfloat16_default``: whether the index
+  takes it by default on this CPU);
 - ``gemm``: the product alone for one depth, (Q, 200) by the index's (200, N) layout, through
   torch (MKL here) and through numpy (OpenBLAS), for Q = 1 to 32.
 
 ::
 
-    python benchmarks/gallery_scan.py --out benchmarks/results/gallery-scan-epyc.json
+    python benchmarks/gallery_scan.py --out benchmarks/results/gallery-scan-epyc-avx512.json
 """
 
 from __future__ import annotations
@@ -36,10 +38,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
 from provenance import code_version, machine
 
-from oahu.inference.matmul import CPU_PRODUCTS, CpuProducts, MatmulIndex, cpu_products
+from oahu.inference.matmul import (
+    CPU_PRODUCTS,
+    CpuProducts,
+    MatmulIndex,
+    cpu_bfloat16,
+    cpu_products,
+)
 from oahu.threads import use_native_threads
 
 BATCHES = (1, 4, 16)
+PRECISIONS = ("float32", "bfloat16")
 GEMM_QUERIES = (1, 2, 4, 8, 16, 32)
 DEPTHS, DIM = 3, 200
 
@@ -54,16 +63,21 @@ def per_call_ms(fn: Callable[[], Any], seconds: float) -> float:
     return (time.perf_counter() - started) / n * 1e3
 
 
-def searches(items: int, seconds: float, products: CpuProducts) -> dict[str, float]:
-    """ms per search of the exact index at each batch size, in this process."""
+def searches(items: int, seconds: float, products: CpuProducts) -> dict[str, dict[str, float]]:
+    """ms per search of the exact index at each batch size, in this process, by precision of
+    the product that ranks the gallery."""
     rng = np.random.default_rng(0)
     gallery = rng.standard_normal((DEPTHS, items, DIM), dtype=np.float32)
     gallery /= np.linalg.norm(gallery, axis=-1, keepdims=True)
-    index = MatmulIndex(gallery, products=products)
-    out = {}
-    for batch in BATCHES:
-        queries = rng.standard_normal((DEPTHS, batch, DIM), dtype=np.float32)
-        out[str(batch)] = per_call_ms(lambda q=queries: index.search(q, 5), seconds)
+    out: dict[str, dict[str, float]] = {}
+    for precision in PRECISIONS:
+        index = MatmulIndex(gallery, products=products, bfloat16=precision == "bfloat16")
+        out[precision] = {}
+        for batch in BATCHES:
+            queries = rng.standard_normal((DEPTHS, batch, DIM), dtype=np.float32)
+            queries /= np.linalg.norm(queries, axis=-1, keepdims=True)
+            search = lambda q=queries, i=index: i.search(q, 5)  # noqa: E731
+            out[precision][str(batch)] = per_call_ms(search, seconds)
     return out
 
 
@@ -105,6 +119,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "depths": DEPTHS,
         "dim": DIM,
         "products": cpu_products() if args.products == "auto" else args.products,
+        "bfloat16_default": cpu_bfloat16(),
         "alone": searches(args.items, args.seconds, args.products),
     }
     command = [sys.executable, __file__, "--child", "--items", str(args.items),
@@ -112,9 +127,11 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     pair = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
     out["beside"] = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in pair]
     out["gemm"] = gemm(args.items, args.seconds / 2)
-    for batch in map(str, BATCHES):
-        beside = ", ".join(f"{run[batch]:.2f}" for run in out["beside"])
-        print(f"batch {batch}: {out['alone'][batch]:.2f} ms alone, {beside} ms beside another")
+    for precision in PRECISIONS:
+        for batch in map(str, BATCHES):
+            alone = out["alone"][precision][batch]
+            beside = ", ".join(f"{run[precision][batch]:.2f}" for run in out["beside"])
+            print(f"{precision}, batch {batch}: {alone:.2f} ms alone, {beside} ms beside another")
     for q, ms in out["gemm"].items():
         print(f"gemm Q={q}: torch {ms['torch']:.2f} ms, numpy {ms['numpy']:.2f} ms")
     if args.out is not None:

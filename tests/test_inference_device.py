@@ -1,7 +1,7 @@
 """The exact index on a torch device: the same neighbours as a float64 brute-force search on the
-CPU (exact ties may swap) whichever library multiplies there, blocked to bounded memory, one
-query's answer the same whatever is searched beside it, and the same answers on CUDA as on the
-CPU where a GPU is present."""
+CPU (exact ties may swap) whichever library multiplies there, in float32 or bfloat16, blocked to
+bounded memory, one query's answer the same whatever is searched beside it, and the same answers
+on CUDA as on the CPU where a GPU is present."""
 
 from __future__ import annotations
 
@@ -121,13 +121,14 @@ def test_a_large_gallery_is_searched_a_few_queries_at_a_time(monkeypatch):
     assert_same_neighbours(index.search(queries, 6), gallery, queries, 6, "l2")
 
 
+@pytest.mark.parametrize("bfloat16", [False, True])
 @pytest.mark.parametrize("products", ["torch", "numpy"])
 @pytest.mark.parametrize("metric", ["l2", "ip"])
-def test_a_query_gets_the_same_answer_whatever_is_searched_beside_it(products, metric):
+def test_a_query_gets_the_same_answer_whatever_is_searched_beside_it(products, bfloat16, metric):
     # BLAS kernels for a few rows add a row's terms in another order than those for many: a
     # service batching whatever requests wait must still give one query one answer
     gallery, queries = random_gallery(23, depths=2, n_items=20_000, n_queries=24, dim=64)
-    index = MatmulIndex(gallery, metric=metric, products=products)
+    index = MatmulIndex(gallery, metric=metric, products=products, bfloat16=bfloat16)
     together = index.search(queries, 7)
     for size in (1, 2, 3, 4, 5, 8, 11, 16):
         for start in range(0, 24 - size + 1, size):
@@ -170,15 +171,17 @@ def test_the_faiss_kinds_refuse_a_gpu_device():
     metric=st.sampled_from(["l2", "ip"]),
     integer_features=st.booleans(),
     products=st.sampled_from(["torch", "numpy"]),
+    bfloat16=st.booleans(),
 )
 def test_any_small_gallery_gives_the_brute_force_neighbours(
-    seed, depths, n_items, n_queries, k, metric, integer_features, products
+    seed, depths, n_items, n_queries, k, metric, integer_features, products, bfloat16
 ):
     gallery, queries = random_gallery(seed, depths, n_items, n_queries, dim=4)
     if integer_features:  # small integers: many exact ties, which may swap
         gallery, queries = np.round(gallery * 2), np.round(queries * 2)
     scale = float(np.abs(gallery).max(initial=1.0)) ** 2 * 4
-    got = MatmulIndex(gallery, metric=metric, products=products).search(queries, k)
+    index = MatmulIndex(gallery, metric=metric, products=products, bfloat16=bfloat16)
+    got = index.search(queries, k)
     assert_same_neighbours(got, gallery, queries, k, metric, scale)
 
 

@@ -16,16 +16,27 @@ than one for many: on a 2-core AMD EPYC, a query's products through MKL had othe
 was searched alone or with one or two others than in a batch of four or more, and through OpenBLAS
 for almost every batch size from 1 to 15. The service batches whatever requests are waiting, so
 the same item on the same snapshot got other scores under other load. The product therefore only
-*shortlists* each query's ``k + RESCORE_MARGIN`` nearest columns; their distances are then
-computed again from the gallery's rows, one query at a time in effect (an element-wise
-difference and a sum over each row, whose order depends only on the dimension), and sorted by
-(distance, position). A near-tie that rounding moves across the shortlist's edge is caught by the
-margin, unless more than ``RESCORE_MARGIN`` items lie within rounding of the k-th (duplicates of
-one item beyond that count). The distances are also more accurate for it: |q − g|² directly
-instead of |q|² + |g|² − 2q·g, which loses digits when q is near g. Side by side with the
-product's own distances, on a 35,000-item gallery of three depths of 200 on one thread, a search
-took 1-4% longer for one to four queries, a tenth less for 16 (the old path squared each
-depth's queries apart) and 9% longer for an evaluation's block of 1,024.
+*shortlists* each query's nearest columns; their distances are then computed again from the
+gallery's rows, one query at a time in effect (an element-wise difference and a sum over each
+row, whose order depends only on the dimension), and sorted by (distance, position). The
+shortlist is *certified* (:mod:`oahu.inference.shortlist`): from a bound on the product's
+rounding, it is widened until it provably holds every column that can be among the k nearest,
+and a query no width certifies (many items within rounding of its k-th) is measured against
+the whole gallery. So a query gets the answer of measuring every row, whatever the kernel,
+library, precision or batch of the product. The distances are also more accurate for it:
+|q − g|² directly instead of |q|² + |g|² − 2q·g, which loses digits when q is near g. Side by
+side with the product's own distances, on a 35,000-item gallery of three depths of 200 on one
+thread, a search took 1-4% longer for one to four queries, a tenth less for 16 (the old path
+squared each depth's queries apart) and 9% longer for an evaluation's block of 1,024.
+
+Since the product only ranks, it may be rounded: where the CPU multiplies bfloat16 in hardware
+(``bfloat16="auto"``, :func:`cpu_bfloat16`), blocks of a few queries, a replica's usual
+searches, multiply a bfloat16 copy of the gallery, half the bytes to stream from memory. On
+the 2-core AVX-512 AMD EPYC one query's search took about as long either way alone (2.3-2.4
+ms) but 4.3 ms against 8.6 ms with a second process searching beside it, which is how two
+replicas on one machine search (``benchmarks/gallery_scan.py``). Its 8-bit mantissas move a
+unit vector's partial distance by up to ~0.012, so a bfloat16 shortlist of k + 8 columns is
+widened to k + 64 for about half of the searches.
 
 On the CPU the GEMM goes through torch's MKL on Intel CPUs and through numpy's OpenBLAS on the
 others (``products="auto"``, :func:`cpu_products`): MKL picks its fast kernels only for Intel's

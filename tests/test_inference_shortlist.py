@@ -1,0 +1,198 @@
+"""Certified shortlists of the exact index: the bound on a product's rounding holds for the
+products this machine computes (float32 and bfloat16), a shortlist is widened or replaced by
+the whole gallery when it cannot be certified, and whichever product ranks the gallery, a query
+gets the answer of measuring every row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oahu.inference import matmul
+from oahu.inference.matmul import MatmulIndex, bfloat16_for
+from oahu.inference.shortlist import (
+    BFLOAT16_ROUNDOFF,
+    FLOAT32_ROUNDOFF,
+    SHORTLIST_MARGINS,
+    certified_gap,
+    certified_shortlist,
+)
+
+U = FLOAT32_ROUNDOFF
+
+
+def test_the_gap_is_twice_the_product_bound_plus_the_rescoring_slack_by_hand():
+    # |q| = 3, max|g| = 2, max b = 4, a = −1, n = 2 dimensions, bfloat16 inputs and output:
+    # γ_2 = 2u/(1 − 2u), γ_4 = 4u/(1 − 4u); |a|·|q|·max|g| = 6
+    v = 2.0**-8
+    gamma2, gamma4 = 2 * U / (1 - 2 * U), 4 * U / (1 - 4 * U)
+    error = ((1 + v) ** 2 * (1 + gamma2) * (1 + v) - 1) * 6 + U * (4 + 12)
+    expected = 2 * error + 4 * gamma4 * 25  # (|q| + max|g|)² = 25
+    assert expected == pytest.approx(0.1412, abs=1e-4)  # ≈ 2 · 6 · 3v: the rounding of 3 values
+    got = certified_gap(torch.tensor([3.0]), 2.0, 4.0, -1.0, 2, v, v)
+    assert float(got) == pytest.approx(expected, rel=1e-6)
+    # float32 throughout: only the accumulation, the addition of b and the rescoring remain
+    exact32 = 2 * (gamma2 * 6 + U * 16) + 4 * gamma4 * 25
+    assert float(certified_gap(torch.tensor([3.0]), 2.0, 4.0, -1.0, 2)) == pytest.approx(exact32)
+
+
+def partial_distances(index: MatmulIndex, queries: np.ndarray, bfloat16: bool) -> list:
+    """Each depth's computed partial distances and their float64 values, over the real columns."""
+    out = []
+    for depth in range(index.n_depths):
+        block = torch.from_numpy(queries[depth])
+        got = index._partial_distances(block, depth, bfloat16)[:, : index.n_items].double()
+        g, q = index._rows[depth].double(), block.double()
+        bias = (g * g).sum(1) if index.metric == "l2" else torch.zeros(len(g), dtype=g.dtype)
+        out.append((got, bias[None, :] + index._scale * (q @ g.T)))
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    dim=st.sampled_from([1, 3, 16, 200]),
+    n_items=st.integers(1, 1200),
+    log_scale=st.floats(-3.0, 3.0),
+    metric=st.sampled_from(["l2", "ip"]),
+    bfloat16=st.booleans(),
+)
+def test_every_computed_partial_distance_is_within_the_bound(
+    seed, dim, n_items, log_scale, metric, bfloat16
+):
+    # the certificate is only as good as this bound: it must hold for the kernels torch and
+    # numpy run on this machine, at any scale of the embeddings
+    rng = np.random.default_rng(seed)
+    scale = 10.0**log_scale
+    gallery = (rng.normal(size=(2, n_items, dim)) * scale).astype(np.float32)
+    queries = (rng.normal(size=(2, 5, dim)) * scale * rng.uniform(0.1, 10)).astype(np.float32)
+    index = MatmulIndex(gallery, metric=metric, bfloat16=True)
+    roundoff = BFLOAT16_ROUNDOFF if bfloat16 else 0.0
+    for depth, (got, exact) in enumerate(partial_distances(index, queries, bfloat16)):
+        norms = torch.linalg.vector_norm(torch.from_numpy(queries[depth]).double(), dim=1)
+        gap = certified_gap(
+            norms,
+            index._gallery_norm[depth],
+            index._bias_max[depth],
+            index._scale,
+            dim,
+            roundoff,
+            roundoff,
+        ).double()
+        # gap = 2E + R, so E < gap / 2
+        assert ((got - exact).abs() <= gap[:, None] / 2).all()
+
+
+def test_a_shortlist_is_widened_only_for_the_queries_that_need_it():
+    # query 0: distinct values, certified by the first width; query 1: 20 values within its gap
+    # of its best, certified by the second; query 2: every value equal, by none
+    partial = torch.stack([torch.arange(1024.0), torch.arange(1024.0), torch.zeros(1024)])
+    partial[1, :20] = 0.0
+    gap = torch.tensor([2.0, 2.0, 2.0])
+    columns, uncertified = certified_shortlist(partial, 3, gap, n_items=1000)
+    first, second, last = (3 + margin for margin in SHORTLIST_MARGINS)
+    assert columns.shape == (3, last)
+    assert columns[0, :first].tolist() == list(range(first))
+    assert (columns[0, first:] == -1).all()
+    assert sorted(columns[1, :second].tolist()) == list(range(second))
+    assert (columns[1, second:] == -1).all()
+    assert uncertified.tolist() == [2]
+
+
+def test_padding_columns_are_never_shortlisted_and_a_whole_gallery_is_certified():
+    partial = torch.full((1, 512), float("inf"))
+    partial[0, :5] = 1.0  # 5 real items, all equal
+    columns, uncertified = certified_shortlist(partial, 2, torch.tensor([1.0]), n_items=5)
+    assert sorted(columns[0].tolist()) == [0, 1, 2, 3, 4] and uncertified.tolist() == []
+
+
+def crowded_gallery(seed: int, n_items: int = 3000, crowd: int = 300, dim: int = 32):
+    """Unit rows, ``crowd`` of them within ~1e-3 of one direction: a query along it has hundreds
+    of items inside a bfloat16 product's rounding of its nearest; a second depth has none."""
+    rng = np.random.default_rng(seed)
+    gallery = rng.normal(size=(2, n_items, dim))
+    centre = rng.normal(size=dim)
+    gallery[0, :crowd] = centre + 1e-3 * rng.normal(size=(crowd, dim)) * np.linalg.norm(centre)
+    gallery /= np.linalg.norm(gallery, axis=-1, keepdims=True)
+    queries = rng.normal(size=(2, 6, dim))
+    queries[0, :3] = centre + 1e-4 * rng.normal(size=(3, dim))
+    queries /= np.linalg.norm(queries, axis=-1, keepdims=True)
+    return gallery.astype(np.float32), queries.astype(np.float32)
+
+
+def brute_force_order(gallery: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    g, q = gallery.astype(np.float64), queries.astype(np.float64)
+    dist = np.sqrt(((q[:, :, None, :] - g[:, None, :, :]) ** 2).sum(-1))
+    return np.argsort(dist, axis=2, kind="stable")[:, :, :k]
+
+
+def test_a_query_no_shortlist_certifies_is_measured_against_the_whole_gallery(monkeypatch):
+    gallery, queries = crowded_gallery(3)
+    index = MatmulIndex(gallery, bfloat16=True)
+    _, pos = index.search(queries, 5)
+    # the crowd's nearest five are the float64 brute force's (the items differ by ~1e-4, far
+    # beyond float32 rounding), at depth 0 and depth 1 alike
+    np.testing.assert_array_equal(pos, brute_force_order(gallery, queries, 5))
+    # ... which the widest bfloat16 shortlist alone would not give: without the whole-gallery
+    # measurement the crowded queries' answers are wrong
+    monkeypatch.setattr(
+        matmul,
+        "certified_shortlist",
+        lambda *args: (certified_shortlist(*args)[0], torch.zeros(0, dtype=torch.int64)),
+    )
+    _, without = index.search(queries, 5)
+    assert not np.array_equal(without[0, :3], pos[0, :3])
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_bfloat16_and_float32_products_give_a_query_the_same_answer_to_the_bit(metric):
+    gallery, queries = crowded_gallery(8)
+    answers = [
+        MatmulIndex(gallery, metric=metric, bfloat16=b, products=p).search(queries, 7)
+        for b, p in ((True, "numpy"), (False, "numpy"), (False, "torch"))
+    ]
+    for other in answers[1:]:
+        np.testing.assert_array_equal(other[0], answers[0][0])
+        np.testing.assert_array_equal(other[1], answers[0][1])
+
+
+def test_large_blocks_multiply_float32_and_answer_the_same(monkeypatch):
+    gallery, queries = crowded_gallery(5)
+    index = MatmulIndex(gallery, bfloat16=True)
+    calls = []
+    original = index._partial_distances
+    monkeypatch.setattr(
+        index, "_partial_distances", lambda b, d, bf: calls.append(bf) or original(b, d, bf)
+    )
+    monkeypatch.setattr(matmul, "BFLOAT16_QUERIES", 4)
+    together = index.search(queries, 5)  # a block of 6 queries: float32
+    alone = index.search(queries[:, :2], 5)  # a block of 2: bfloat16
+    assert calls == [False, False, True, True]
+    np.testing.assert_array_equal(alone[1], together[1][:, :2])
+    np.testing.assert_array_equal(alone[0], together[0][:, :2])
+
+
+@pytest.mark.parametrize(
+    ("cpuinfo", "onednn", "expected"),
+    [
+        ("flags\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n" * 2, True, True),
+        ("flags\t: fpu avx2 avx512f amx_bf16 amx_tile\n", True, True),
+        ("flags\t: fpu avx2 avx512f avx512_bf16\n", False, False),  # torch without oneDNN
+        ("flags\t: fpu avx2 avx512f avx512_vnni\n", True, False),  # AVX-512 without BF16
+        ("flags\t: fpu avx2\n", True, False),
+        ("", True, False),  # /proc/cpuinfo unreadable
+    ],
+)
+def test_bfloat16_is_the_default_only_where_the_cpu_multiplies_it(cpuinfo, onednn, expected):
+    assert bfloat16_for(cpuinfo, onednn) is expected
+
+
+def test_bfloat16_is_set_either_way_and_a_bad_setting_is_refused():
+    gallery, _ = crowded_gallery(0, n_items=50, crowd=5)
+    assert MatmulIndex(gallery, bfloat16=False).bfloat16 is False
+    assert MatmulIndex(gallery, bfloat16=True)._gallery_bf16 is not None
+    with pytest.raises(ValueError, match="bfloat16: must be one of 'auto', True, False, got 'on'"):
+        MatmulIndex(gallery, bfloat16="on")
