@@ -11,8 +11,8 @@ measures how much that costs each of them, which bounds what a second replica ad
   unit rows) at batches of 1, 4 and 16 queries, in one process, then in two processes at once
   (each on one thread, as a replica's query thread runs), ranking the gallery by a float32
   product through ``--products`` (by default the library the index chooses for this CPU;
-  ``products`` in the JSON) and by a bfloat16 one (``bfloat16_default``: whether the index
-  takes it by default on this CPU);
+  ``products`` in the JSON) and by a bfloat16 one (``MatmulIndex(bfloat16=True)``, not the
+  default);
 - ``gemm``: the product alone for one depth, (Q, 200) by the index's (200, N) layout, through
   torch (MKL here) and through numpy (OpenBLAS), for Q = 1 to 32.
 
@@ -42,7 +42,6 @@ from oahu.inference.matmul import (
     CPU_PRODUCTS,
     CpuProducts,
     MatmulIndex,
-    cpu_bfloat16,
     cpu_products,
 )
 from oahu.threads import use_native_threads
@@ -119,7 +118,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         "depths": DEPTHS,
         "dim": DIM,
         "products": cpu_products() if args.products == "auto" else args.products,
-        "bfloat16_default": cpu_bfloat16(),
         "alone": searches(args.items, args.seconds, args.products),
     }
     command = [sys.executable, __file__, "--child", "--items", str(args.items),

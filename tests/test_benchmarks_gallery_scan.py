@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 from benchmarks.gallery_scan import BATCHES, GEMM_QUERIES, PRECISIONS, main
-from oahu.inference.matmul import cpu_bfloat16, cpu_products
+from oahu.inference.matmul import cpu_products
 
 
 def test_a_small_scan_times_every_batch_alone_and_beside_another(tmp_path):
@@ -15,7 +15,6 @@ def test_a_small_scan_times_every_batch_alone_and_beside_another(tmp_path):
     result = main(["--items", "2048", "--seconds", "0.05", "--out", str(out)])
     assert json.loads(out.read_text()) == result
     assert result["products"] == cpu_products()
-    assert result["bfloat16_default"] == cpu_bfloat16()
     assert set(result["alone"]) == set(PRECISIONS)
     assert all(set(by_batch) == {str(b) for b in BATCHES} for by_batch in result["alone"].values())
     assert len(result["beside"]) == 2

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oahu.inference import matmul
-from oahu.inference.matmul import MatmulIndex, bfloat16_for
+from oahu.inference.matmul import MatmulIndex
 from oahu.inference.shortlist import (
     BFLOAT16_ROUNDOFF,
     FLOAT32_ROUNDOFF,
@@ -175,24 +175,9 @@ def test_large_blocks_multiply_float32_and_answer_the_same(monkeypatch):
     np.testing.assert_array_equal(alone[0], together[0][:, :2])
 
 
-@pytest.mark.parametrize(
-    ("cpuinfo", "onednn", "expected"),
-    [
-        ("flags\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n" * 2, True, True),
-        ("flags\t: fpu avx2 avx512f amx_bf16 amx_tile\n", True, True),
-        ("flags\t: fpu avx2 avx512f avx512_bf16\n", False, False),  # torch without oneDNN
-        ("flags\t: fpu avx2 avx512f avx512_vnni\n", True, False),  # AVX-512 without BF16
-        ("flags\t: fpu avx2\n", True, False),
-        ("", True, False),  # /proc/cpuinfo unreadable
-    ],
-)
-def test_bfloat16_is_the_default_only_where_the_cpu_multiplies_it(cpuinfo, onednn, expected):
-    assert bfloat16_for(cpuinfo, onednn) is expected
-
-
-def test_bfloat16_is_set_either_way_and_a_bad_setting_is_refused():
+def test_bfloat16_is_off_by_default_and_a_bad_setting_is_refused():
     gallery, _ = crowded_gallery(0, n_items=50, crowd=5)
-    assert MatmulIndex(gallery, bfloat16=False).bfloat16 is False
+    assert MatmulIndex(gallery).bfloat16 is False and MatmulIndex(gallery)._gallery_bf16 is None
     assert MatmulIndex(gallery, bfloat16=True)._gallery_bf16 is not None
-    with pytest.raises(ValueError, match="bfloat16: must be one of 'auto', True, False, got 'on'"):
+    with pytest.raises(ValueError, match="bfloat16: must be true or false, got 'on'"):
         MatmulIndex(gallery, bfloat16="on")

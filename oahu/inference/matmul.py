@@ -29,14 +29,19 @@ side with the product's own distances, on a 35,000-item gallery of three depths 
 thread, a search took 1-4% longer for one to four queries, a tenth less for 16 (the old path
 squared each depth's queries apart) and 9% longer for an evaluation's block of 1,024.
 
-Since the product only ranks, it may be rounded: where the CPU multiplies bfloat16 in hardware
-(``bfloat16="auto"``, :func:`cpu_bfloat16`), blocks of a few queries, a replica's usual
-searches, multiply a bfloat16 copy of the gallery, half the bytes to stream from memory. On
-the 2-core AVX-512 AMD EPYC one query's search took about as long either way alone (2.3-2.4
-ms) but 4.3 ms against 8.6 ms with a second process searching beside it, which is how two
-replicas on one machine search (``benchmarks/gallery_scan.py``). Its 8-bit mantissas move a
-unit vector's partial distance by up to ~0.012, so a bfloat16 shortlist of k + 8 columns is
-widened to k + 64 for about half of the searches.
+Since the product only ranks, it may be rounded: with ``bfloat16=True``, blocks of a few
+queries multiply a bfloat16 copy of the gallery (torch's oneDNN, in hardware on CPUs with
+AVX-512 BF16 or AMX), half the bytes to stream from memory. Its 8-bit mantissas move a unit
+vector's partial distance by up to ~0.024, so the shortlist grows from k + 8 to k + 32 or
+k + 128 columns for most searches. It is off by default, by measurement on a 2-core AVX-512
+AMD EPYC. On a Fashion-MNIST gallery (35,000 items x 3 depths x 200, a one-off script) one
+query's search took 2.7 ms against 1.6 ms in float32 alone (oneDNN multiplies one row by a
+bfloat16 matrix at ~26 GB/s, slower than numpy streams the float32 one) and 3-5.5 ms against
+8-10 ms beside a second process searching; on random unit rows (``benchmarks/gallery_scan.py``,
+``results/gallery-scan-epyc-avx512.json``) 2.5 against 2.6 ms alone and 3.0 against 3.9 ms
+beside another, but 15.8 against 11.2 ms for 16 queries, whose near-orthogonal items crowd
+within the wider bound. And two replicas with it held 700 requests/s at p99 <= 50 ms, one
+600/s, what float32 replicas held (benchmarks/README.md, "Serving replicas").
 
 On the CPU the GEMM goes through torch's MKL on Intel CPUs and through numpy's OpenBLAS on the
 others (``products="auto"``, :func:`cpu_products`): MKL picks its fast kernels only for Intel's
@@ -64,12 +69,14 @@ from typing import Literal, get_args
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from oahu.checks import check_choice
+from oahu.checks import check_bool, check_choice
 from oahu.inference.index import GalleryIndex
 from oahu.inference.shortlist import (
     BFLOAT16_ROUNDOFF,
     BLOCK,
+    SHORTLIST_MARGINS,
     certified_gap,
     certified_shortlist,
 )
@@ -82,8 +89,6 @@ __all__ = [
     "SCORES_PER_BLOCK",
     "CpuProducts",
     "MatmulIndex",
-    "bfloat16_for",
-    "cpu_bfloat16",
     "cpu_products",
     "products_for",
 ]
@@ -116,44 +121,11 @@ def cpu_products() -> Literal["torch", "numpy"]:
     >>> cpu_products() in ("torch", "numpy")
     True
     """
-    return products_for(_cpuinfo(), torch.backends.mkl.is_available())
-
-
-def _cpuinfo() -> str:
     try:
-        return Path("/proc/cpuinfo").read_text(errors="replace")
+        cpuinfo = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
-        return ""
-
-
-@cache
-def cpu_bfloat16() -> bool:
-    """Whether small batches of queries multiply a bfloat16 copy of the gallery on this
-    machine's CPU by default: where the CPU multiplies bfloat16 in hardware (AVX-512 BF16 or
-    AMX) and torch has oneDNN to do it with. Declared by the CPU's flags, not timed.
-
-    >>> cpu_bfloat16() in (True, False)
-    True
-    """
-    return bfloat16_for(_cpuinfo(), torch.backends.mkldnn.is_available())
-
-
-def bfloat16_for(cpuinfo: str, onednn: bool) -> bool:
-    """:func:`cpu_bfloat16` for the text of /proc/cpuinfo and whether torch has oneDNN.
-    Elsewhere torch multiplies bfloat16 by a generic loop, many times slower than float32.
-
-    >>> bfloat16_for("flags : avx512f avx512_bf16 avx512_vnni", onednn=True)
-    True
-    >>> bfloat16_for("flags : avx2 avx512f", onednn=True)
-    False
-    """
-    flags = {
-        flag
-        for line in cpuinfo.splitlines()
-        if line.startswith("flags")
-        for flag in line.partition(":")[2].split()
-    }
-    return onednn and bool(flags & {"avx512_bf16", "amx_bf16"})
+        cpuinfo = ""
+    return products_for(cpuinfo, torch.backends.mkl.is_available())
 
 
 def products_for(cpuinfo: str, mkl: bool) -> Literal["torch", "numpy"]:
@@ -178,9 +150,9 @@ class MatmulIndex(GalleryIndex):
     ``"torch"`` or ``"numpy"``; ``"auto"``, the default, takes :func:`cpu_products`'s choice
     for this CPU (the module docstring says why) and ``products`` then names the library
     chosen. ``bfloat16``: whether blocks of at most :data:`BFLOAT16_QUERIES` queries multiply
-    a bfloat16 copy of the gallery instead (CPU only; ``"auto"``: :func:`cpu_bfloat16`). A GPU
-    always multiplies float32 through torch. Which product ranks the gallery changes only the
-    time a search takes, never its answer (:mod:`oahu.inference.shortlist`).
+    a bfloat16 copy of the gallery instead (CPU only; off by default, the module docstring says
+    why). A GPU always multiplies float32 through torch. Which product ranks the gallery changes
+    only the time a search takes, never its answer (:mod:`oahu.inference.shortlist`).
 
     >>> emb = np.array([[[1.0, 0.0], [0.0, 1.0], [0.6, 0.8]]], dtype=np.float32)
     >>> index = MatmulIndex(emb, labels=np.array([0, 1, 1]))
@@ -199,14 +171,12 @@ class MatmulIndex(GalleryIndex):
         ids: np.ndarray | None = None,
         device: str | torch.device = "cpu",
         products: CpuProducts = "auto",
-        bfloat16: bool | Literal["auto"] = "auto",
+        bfloat16: bool = False,
     ) -> None:
         check_choice(products, "products", CPU_PRODUCTS)
-        check_choice(bfloat16, "bfloat16", ("auto", True, False))
         self.device = torch.device(device)
         self.products = cpu_products() if products == "auto" else products
-        on_cpu = self.device.type == "cpu"
-        self.bfloat16 = on_cpu and (cpu_bfloat16() if bfloat16 == "auto" else bool(bfloat16))
+        self.bfloat16 = check_bool(bfloat16, "bfloat16") and self.device.type == "cpu"
         super().__init__(embeddings, labels, metric, ids)
 
     def _build(self, embeddings: np.ndarray) -> None:
@@ -222,11 +192,14 @@ class MatmulIndex(GalleryIndex):
         self._bias = torch.full((self.n_depths, n_padded), float("inf"), device=self.device)
         self._bias[:, : self.n_items] = 0.0 if self.metric == "ip" else (emb * emb).sum(-1)
         # what the certificate of a shortlist needs: the largest |g| and b per depth, rounded up
+        # what the certificate of a shortlist needs: the largest |g| and b per depth, (D, 1),
+        # rounded up
         norms = torch.linalg.vector_norm(emb.double(), dim=-1)  # (D, N)
         biases = self._bias[:, : self.n_items].double()
-        has_items = self.n_items > 0
-        self._gallery_norm = (norms.amax(1) * (1 + 1e-6)).tolist() if has_items else []
-        self._bias_max = (biases.amax(1) * (1 + 1e-6)).tolist() if has_items else []
+        if self.n_items == 0:
+            norms = biases = torch.zeros((self.n_depths, 1), dtype=torch.float64)
+        self._gallery_norm = norms.amax(1, keepdim=True) * (1 + 1e-6)
+        self._bias_max = biases.amax(1, keepdim=True) * (1 + 1e-6)
         # (D, dim, N padded), built where it is searched: a GPU's gallery never has a host copy
         gallery_t = torch.zeros(self.n_depths, self.dim, n_padded, device=self.device)
         gallery_t[:, :, : self.n_items] = self._scale * emb.transpose(1, 2)
@@ -252,45 +225,73 @@ class MatmulIndex(GalleryIndex):
         partial = torch.from_numpy(block.numpy() @ self._gallery_np[depth])
         return partial.add_(self._bias[depth])
 
-    def _shortlist(
-        self, block: torch.Tensor, depth: int, found: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """A certified shortlist of each query of ``block`` (Q, dim) at ``depth``, −1-padded,
-        and the queries to measure against the whole gallery
-        (:func:`~oahu.inference.shortlist.certified_shortlist`)."""
-        bfloat16 = self._gallery_bf16 is not None and len(block) <= BFLOAT16_QUERIES
+    def _shortlists(
+        self, block: torch.Tensor, found: int
+    ) -> tuple[torch.Tensor, list[torch.Tensor], bool]:
+        """Certified shortlists of each query of ``block`` (D, Q, dim) at every depth
+        (:func:`~oahu.inference.shortlist.certified_shortlist`): the columns (D, Q, m), −1 where
+        a query's shortlist is narrower than the widest, the queries to measure against the whole
+        gallery per depth, and whether any shortlist is padded with −1."""
+        bfloat16 = self._gallery_bf16 is not None and block.shape[1] <= BFLOAT16_QUERIES
         roundoff = BFLOAT16_ROUNDOFF if bfloat16 else 0.0
-        gap = certified_gap(
-            torch.linalg.vector_norm(block.double(), dim=1) * (1 + 1e-6),
-            self._gallery_norm[depth],
-            self._bias_max[depth],
+        gaps = certified_gap(  # (D, Q), every depth at once
+            torch.linalg.vector_norm(block.double(), dim=-1) * (1 + 1e-6),
+            self._gallery_norm,
+            self._bias_max,
             self._scale,
             self.dim,
             inputs_roundoff=roundoff,
             output_roundoff=roundoff,
         )
-        partial = self._partial_distances(block, depth, bfloat16)
-        return certified_shortlist(partial, found, gap, self.n_items)
+        shortlists, uncertified = zip(
+            *(
+                certified_shortlist(
+                    self._partial_distances(block[depth], depth, bfloat16),
+                    found,
+                    gaps[depth],
+                    self.n_items,
+                )
+                for depth in range(self.n_depths)
+            ),
+            strict=True,
+        )
+        width = max(s.shape[1] for s in shortlists)
+        # rows certified by a narrower shortlist than the widest tried carry −1s
+        padded = width > min(found + SHORTLIST_MARGINS[0], self.n_items)
+        stacked = torch.stack(
+            [
+                s if s.shape[1] == width else F.pad(s, (0, width - s.shape[1]), value=-1)
+                for s in shortlists
+            ]
+        )
+        return stacked, list(uncertified), padded
 
     def _nearest_of(
-        self, queries: torch.Tensor, shortlist: torch.Tensor, k: int, depths: torch.Tensor
+        self,
+        queries: torch.Tensor,
+        shortlist: torch.Tensor,
+        k: int,
+        depths: torch.Tensor,
+        padded: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` nearest of each query's ``shortlist`` (D', Q, m) of gallery positions (−1:
-        none), for ``queries`` (D', Q, dim) at ``depths`` (D'): their dissimilarities (the
+        none, only where ``padded``), for ``queries`` (D', Q, dim) at ``depths`` (D'): their
+        dissimilarities (the
         distance for l2, −q·g for ip), computed from the rows so that a query's result does not
         depend on the other queries, ascending with exact ties in position order, and the
         positions. All depths at once: a search of one query is a handful of small operations,
         not a handful per depth."""
         n_depths, n_queries, m = shortlist.shape
         first_row = depths[:, None, None] * self.n_items
-        at = (shortlist.clamp(min=0) + first_row).view(-1)
+        at = ((shortlist.clamp(min=0) if padded else shortlist) + first_row).view(-1)
         rows = self._rows.reshape(-1, self.dim).index_select(0, at)
         rows = rows.view(n_depths, n_queries, m, self.dim)
         if self.metric == "l2":
             dissim = torch.linalg.vector_norm(rows.sub_(queries[:, :, None, :]), dim=-1)
         else:
             dissim = (rows * queries[:, :, None, :]).sum(-1).neg_()
-        dissim.masked_fill_(shortlist < 0, float("inf"))
+        if padded:
+            dissim.masked_fill_(shortlist < 0, float("inf"))
         # by position first, then a stable sort by dissimilarity: ties keep position order
         positions, by_position = shortlist.sort(dim=-1)
         dissim, order = dissim.gather(-1, by_position).sort(dim=-1, stable=True)
@@ -305,28 +306,22 @@ class MatmulIndex(GalleryIndex):
             return dissim, pos
         qt = torch.from_numpy(q).to(self.device)
         every_depth = torch.arange(self.n_depths, device=self.device)
-        everything = torch.arange(self.n_items, device=self.device)[None, None, :]
         # filled on the device and copied back once: one wait for a GPU, not one per block
         best_all = torch.empty((self.n_depths, n_queries, found), device=self.device)
         columns_all = torch.empty(best_all.shape, dtype=torch.int64, device=self.device)
         for start in range(0, n_queries, self._query_block):
             rows = slice(start, start + self._query_block)
             block = qt[:, rows]
-            shortlists, uncertified = zip(
-                *(self._shortlist(block[depth], depth, found) for depth in range(self.n_depths)),
-                strict=True,
-            )
-            width = max(s.shape[1] for s in shortlists)
-            shortlist = torch.stack(
-                [torch.nn.functional.pad(s, (0, width - s.shape[1]), value=-1) for s in shortlists]
-            )
-            best, columns = self._nearest_of(block, shortlist, found, every_depth)
+            shortlist, uncertified, padded = self._shortlists(block, found)
+            best, columns = self._nearest_of(block, shortlist, found, every_depth, padded)
             # a query no shortlist certified is measured against every item (rare: many items
             # within the product's rounding of its k-th nearest)
             for depth, queries_left in enumerate(uncertified):
                 for i in queries_left.tolist():
                     one = block[depth, i][None, None, :]
-                    near = self._nearest_of(one, everything, found, every_depth[depth : depth + 1])
+                    everything = torch.arange(self.n_items, device=self.device)[None, None, :]
+                    at_depth = every_depth[depth : depth + 1]
+                    near = self._nearest_of(one, everything, found, at_depth, padded=False)
                     best[depth, i], columns[depth, i] = near[0][0, 0], near[1][0, 0]
             best_all[:, rows], columns_all[:, rows] = best, columns
         dissim[:, :, :found] = best_all.cpu().numpy()

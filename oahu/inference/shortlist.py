@@ -84,8 +84,8 @@ def _gamma(n: int) -> float:
 
 def certified_gap(
     query_norms: torch.Tensor,
-    gallery_norm: float,
-    bias_max: float,
+    gallery_norm: float | torch.Tensor,
+    bias_max: float | torch.Tensor,
     scale: float,
     dim: int,
     inputs_roundoff: float = 0.0,
@@ -95,8 +95,9 @@ def certified_gap(
     distance the shortlist's last one must lie for the shortlist to hold the k nearest.
 
     ``query_norms``: |q| per query; ``gallery_norm``: the largest |g|; ``bias_max``: the
-    largest b; ``scale``: a; ``inputs_roundoff`` / ``output_roundoff``: the unit roundoff of the
-    format the product's inputs and result are rounded to (0 for float32 throughout).
+    largest b (numbers, or tensors that broadcast against ``query_norms``); ``scale``: a;
+    ``inputs_roundoff`` / ``output_roundoff``: the unit roundoff of the format the product's
+    inputs and result are rounded to (0 for float32 throughout).
 
     A float32 product of unit vectors of 200 dimensions, and the same from bfloat16 copies:
 
@@ -138,19 +139,25 @@ def certified_shortlist(
     >>> columns.shape, columns[0, :10].tolist(), uncertified.tolist()
     (torch.Size([2, 129]), [0, 1, 2, 3, 4, 5, 6, 7, 8, -1], [1])
     """
-    n_queries = partial.shape[0]
-    pending = torch.arange(n_queries, device=partial.device)
-    widths = [min(found + margin, n_items) for margin in SHORTLIST_MARGINS]
-    columns = torch.full((n_queries, widths[-1]), -1, dtype=torch.int64, device=partial.device)
-    used = 0
-    for width in dict.fromkeys(widths):  # distinct widths, in order
-        values, at = smallest_k(partial if used == 0 else partial[pending], width)
-        columns[pending, :width] = at
-        used = width
-        certified = values[:, -1] > values[:, found - 1] + gap[pending]
+    widths = list(dict.fromkeys(min(found + margin, n_items) for margin in SHORTLIST_MARGINS))
+    columns, pending = None, None  # the first width's shortlists, all queries pending
+    for width in widths:
+        rows, row_gap = (partial, gap) if pending is None else (partial[pending], gap[pending])
+        values, at = smallest_k(rows, width)
+        certified = values[:, -1] > values[:, found - 1] + row_gap
         if width == n_items:  # the whole gallery is shortlisted
             certified = torch.ones_like(certified)
+        if pending is None:
+            if bool(certified.all()):  # the usual case: no copy, no padding
+                return at, torch.zeros(0, dtype=torch.int64, device=partial.device)
+            columns = torch.full(
+                (len(partial), widths[-1]), -1, dtype=torch.int64, device=partial.device
+            )
+            columns[:, :width] = at
+            pending = torch.arange(len(partial), device=partial.device)
+        else:
+            columns[pending, :width] = at
         pending = pending[~certified]
         if len(pending) == 0:
-            break
-    return columns[:, :used], pending
+            return columns[:, :width], pending
+    return columns, pending
