@@ -38,8 +38,8 @@ AMD EPYC. On a Fashion-MNIST gallery (35,000 items x 3 depths x 200, a one-off s
 query's search took 2.7 ms against 1.6 ms in float32 alone (oneDNN multiplies one row by a
 bfloat16 matrix at ~26 GB/s, slower than numpy streams the float32 one) and 3-5.5 ms against
 8-10 ms beside a second process searching; on random unit rows (``benchmarks/gallery_scan.py``,
-``results/gallery-scan-epyc-avx512.json``) 2.5 against 2.6 ms alone and 3.0 against 3.9 ms
-beside another, but 15.8 against 11.2 ms for 16 queries, whose near-orthogonal items crowd
+``results/gallery-scan-epyc-avx512.json``) 2.7 against 2.6 ms alone and 2.9 against 3.6 ms
+beside another, but 15.8 against 11.7 ms for 16 queries, whose near-orthogonal items crowd
 within the wider bound. And two replicas with it held 700 requests/s at p99 <= 50 ms, one
 600/s, what float32 replicas held (benchmarks/README.md, "Serving replicas").
 
