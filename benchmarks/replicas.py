@@ -17,7 +17,8 @@ development items are the gallery of both the learner service and the replicas) 
    (serve_latency.py's own, light enough to share the cores) offers rising rates of one-item
    ``/v1/classify`` requests, spread over the replicas' connections as a round-robin balancer
    would; the report names the highest rate whose p99 stays within ``--target-ms`` for each
-   count, and their ratio.
+   count, and their ratio. Each step also records the CPU each replica process took
+   (``replica_cores``, of its step's nominal seconds) and their CPU per request.
 
     python benchmarks/replicas.py                        # the defaults, ~6 minutes here
     python benchmarks/replicas.py --rates 100 200 300 400 --seconds 10
@@ -35,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +48,7 @@ from provenance import code_version, machine
 from serve_latency import (
     Connection,
     client_loop_factory,
+    cpu_seconds,
     fixed_rate,
     free_port,
     request_bodies,
@@ -112,23 +115,30 @@ def publication_delays(learner: str, replica: str, body: dict, seconds: float) -
 
 
 def capacity(ports: list[int], raws: list[bytes], rates: list[float], seconds: float,
-             clients: int) -> list[dict[str, Any]]:  # fmt: skip
-    """p99 at each offered rate, the connections spread evenly over ``ports``."""
+             clients: int, pids: Sequence[int] = ()) -> list[dict[str, Any]]:  # fmt: skip
+    """p99 at each offered rate, the connections spread evenly over ``ports``; with the
+    replicas' ``pids``, the CPU each replica process took (cores) and their CPU per request."""
     out = []
     with asyncio.Runner(loop_factory=client_loop_factory()) as runner:
         for rate in rates:
             conns = runner.run(_open(ports, clients))
             before = resource.getrusage(resource.RUSAGE_SELF)
+            replicas_before = [cpu_seconds(pid) for pid in pids]
             try:
                 rec = runner.run(fixed_rate(conns, raws, seconds, rate))
             finally:
                 for conn in conns:
                     conn.close()
             after = resource.getrusage(resource.RUSAGE_SELF)
+            replica_cpu = [cpu_seconds(p) - b for p, b in zip(pids, replicas_before, strict=True)]
             used = sum(getattr(after, f) - getattr(before, f) for f in ("ru_utime", "ru_stime"))
             summary = rec.summary(seconds)
             # what the client itself took of the two cores it shares with the replicas
-            out.append({"offered_per_s": rate, **summary, "client_cores": used / seconds})
+            step = {"offered_per_s": rate, **summary, "client_cores": used / seconds}
+            if pids:  # what a request costs a replica: does it grow with a second replica?
+                step["replica_cores"] = [c / seconds for c in replica_cpu]
+                step["replica_cpu_ms_per_request"] = sum(replica_cpu) / summary["requests"] * 1e3
+            out.append(step)
             print(json.dumps({"replicas": len(ports), **out[-1]}), flush=True)
     return out
 
@@ -236,8 +246,9 @@ def main() -> None:
                     wait(lambda: answered_snapshot(f"http://127.0.0.1:{port}", body), 180,  # noqa: B023
                          "a capacity replica")  # fmt: skip
                 capacity(ports, raws_for(ports[0]), [50.0], 5.0, args.clients)  # warm-up
+                pids = [proc.pid for proc in group]  # taskset and nice exec the replica itself
                 steps[count] = capacity(
-                    ports, raws_for(ports[0]), args.rates, args.seconds, args.clients
+                    ports, raws_for(ports[0]), args.rates, args.seconds, args.clients, pids
                 )
             finally:
                 for proc in group:
