@@ -102,6 +102,37 @@ def test_a_shortlist_is_widened_only_for_the_queries_that_need_it():
     assert uncertified.tolist() == [2]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    n_items=st.integers(1, 1024),
+    found=st.integers(1, 40),
+    gap=st.floats(0.0, 3.0),
+    ties=st.booleans(),
+)
+def test_a_certified_shortlist_holds_every_column_within_the_gap(seed, n_items, found, gap, ties):
+    # the certificate's promise, whatever the values: each query's shortlist holds every real
+    # column whose value is within its gap of its found-th smallest, or the query is uncertified
+    found = min(found, n_items)
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(4, 1024))
+    if ties:  # few distinct values: many columns at the k-th's value
+        values = np.round(values)
+    values[:, n_items:] = np.inf
+    partial = torch.from_numpy(values.astype(np.float32))
+    gaps = torch.full((4,), gap, dtype=torch.float32)
+    columns, uncertified = certified_shortlist(partial, found, gaps, n_items)
+    for q in range(4):
+        if q in uncertified.tolist():
+            continue
+        listed = set(columns[q].tolist()) - {-1}
+        assert len(listed) >= found and all(c < n_items for c in listed)
+        real = partial[q, :n_items]
+        threshold = real.sort().values[found - 1] + gaps[q]  # in float32, as the certificate
+        within = torch.nonzero(real <= threshold).ravel()
+        assert set(within.tolist()) <= listed
+
+
 def test_padding_columns_are_never_shortlisted_and_a_whole_gallery_is_certified():
     partial = torch.full((1, 512), float("inf"))
     partial[0, :5] = 1.0  # 5 real items, all equal
@@ -129,10 +160,16 @@ def brute_force_order(gallery: np.ndarray, queries: np.ndarray, k: int) -> np.nd
     return np.argsort(dist, axis=2, kind="stable")[:, :, :k]
 
 
-def test_a_query_no_shortlist_certifies_is_measured_against_the_whole_gallery(monkeypatch):
+@pytest.mark.parametrize("rows_per_chunk", [matmul.ROWS_PER_CHUNK, 7])
+def test_a_query_no_shortlist_certifies_is_measured_against_the_whole_gallery(
+    monkeypatch, rows_per_chunk
+):
+    monkeypatch.setattr(matmul, "ROWS_PER_CHUNK", rows_per_chunk)  # 7: many chunks to merge
     gallery, queries = crowded_gallery(3)
     index = MatmulIndex(gallery, bfloat16=True)
-    _, pos = index.search(queries, 5)
+    dissim, pos = index.search(queries, 5)
+    reference = MatmulIndex(gallery, bfloat16=False).search(queries, 5)
+    np.testing.assert_array_equal(dissim, reference[0])  # the same distances, to the bit
     # the crowd's nearest five are the float64 brute force's (the items differ by ~1e-4, far
     # beyond float32 rounding), at depth 0 and depth 1 alike
     np.testing.assert_array_equal(pos, brute_force_order(gallery, queries, 5))

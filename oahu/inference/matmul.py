@@ -86,6 +86,7 @@ __all__ = [
     "BFLOAT16_QUERIES",
     "CPU_PRODUCTS",
     "QUERY_BLOCK",
+    "ROWS_PER_CHUNK",
     "SCORES_PER_BLOCK",
     "CpuProducts",
     "MatmulIndex",
@@ -99,6 +100,9 @@ QUERY_BLOCK = 1024
 # ... and at most this many scores per product (512 MB of float32), so that a 1,000,000-item
 # gallery takes 134 queries at a time rather than 4 GB per block.
 SCORES_PER_BLOCK = 1 << 27
+# Rows measured at once when a query's whole gallery is (a query no shortlist certified):
+# 32 MB of float32 rows of 128 dimensions, not the whole gallery (800 MB for 1,000,000 x 200).
+ROWS_PER_CHUNK = 1 << 16
 # Blocks of at most this many queries multiply the bfloat16 copy of the gallery (where there is
 # one); larger ones the float32 rows. A bfloat16 product writes bfloat16 scores that must be
 # widened, which costs more than the halved gallery saves past ~100 queries (on a 2-core AMD
@@ -297,6 +301,26 @@ class MatmulIndex(GalleryIndex):
         dissim, order = dissim.gather(-1, by_position).sort(dim=-1, stable=True)
         return dissim[..., :k], positions.gather(-1, order)[..., :k]
 
+    def _nearest_of_all(
+        self, query: torch.Tensor, depth: int, k: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` nearest of the whole gallery at ``depth`` for one ``query`` (dim,), as
+        :meth:`_nearest_of` measures them, a chunk of rows at a time so that a large gallery is
+        not copied whole: each chunk's k nearest, then the k nearest of those."""
+        at_depth = torch.tensor([depth], device=self.device)
+        found_d, found_p = [], []
+        for start in range(0, self.n_items, ROWS_PER_CHUNK):
+            chunk = torch.arange(
+                start, min(start + ROWS_PER_CHUNK, self.n_items), device=self.device
+            )[None, None, :]
+            d, p = self._nearest_of(query[None, None, :], chunk, k, at_depth, padded=False)
+            found_d.append(d)
+            found_p.append(p)
+        # the chunks' candidates, in position order, ranked again by (dissimilarity, position)
+        dissim, order = torch.cat(found_d, dim=-1).sort(dim=-1, stable=True)
+        positions = torch.cat(found_p, dim=-1).gather(-1, order)
+        return dissim[0, 0, :k], positions[0, 0, :k]
+
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = self._check_queries(queries, k)
         n_queries, found = q.shape[1], min(k, self.n_items)
@@ -318,11 +342,8 @@ class MatmulIndex(GalleryIndex):
             # within the product's rounding of its k-th nearest)
             for depth, queries_left in enumerate(uncertified):
                 for i in queries_left.tolist():
-                    one = block[depth, i][None, None, :]
-                    everything = torch.arange(self.n_items, device=self.device)[None, None, :]
-                    at_depth = every_depth[depth : depth + 1]
-                    near = self._nearest_of(one, everything, found, at_depth, padded=False)
-                    best[depth, i], columns[depth, i] = near[0][0, 0], near[1][0, 0]
+                    near = self._nearest_of_all(block[depth, i], depth, found)
+                    best[depth, i], columns[depth, i] = near
             best_all[:, rows], columns_all[:, rows] = best, columns
         dissim[:, :, :found] = best_all.cpu().numpy()
         pos[:, :, :found] = columns_all.cpu().numpy()
