@@ -101,10 +101,10 @@ QUERY_BLOCK = 1024
 # gallery takes 134 queries at a time rather than 4 GB per block.
 SCORES_PER_BLOCK = 1 << 27
 # Rows measured at once when a query's whole gallery is (a query no shortlist certified):
-# 32 MB of float32 rows of 128 dimensions, not the whole gallery (800 MB for 1,000,000 x 200).
+# 52 MB of float32 rows of 200 dimensions, not the whole gallery (800 MB for 1,000,000 items).
 ROWS_PER_CHUNK = 1 << 16
 # Blocks of at most this many queries multiply the bfloat16 copy of the gallery (where there is
-# one); larger ones the float32 rows. A bfloat16 product writes bfloat16 scores that must be
+# one); larger ones the float32 gallery. A bfloat16 product writes bfloat16 scores that must be
 # widened, which costs more than the halved gallery saves past ~100 queries (on a 2-core AMD
 # EPYC with AVX-512: 4.0 against 6.0 ms for 64 queries, 24 against 22 ms for 256, 123 against
 # 68 ms for 1,024, one depth of 35,000 x 200).
@@ -195,7 +195,6 @@ class MatmulIndex(GalleryIndex):
         self._rows = emb
         self._bias = torch.full((self.n_depths, n_padded), float("inf"), device=self.device)
         self._bias[:, : self.n_items] = 0.0 if self.metric == "ip" else (emb * emb).sum(-1)
-        # what the certificate of a shortlist needs: the largest |g| and b per depth, rounded up
         # what the certificate of a shortlist needs: the largest |g| and b per depth, (D, 1),
         # rounded up
         norms = torch.linalg.vector_norm(emb.double(), dim=-1)  # (D, N)
@@ -211,9 +210,8 @@ class MatmulIndex(GalleryIndex):
         through_numpy = self.device.type == "cpu" and self.products == "numpy"
         self._gallery_np = gallery_t.numpy() if through_numpy else None
         self._gallery_t = gallery_t
-        # half the bytes a search of a few queries streams from memory, and two searches on one
-        # machine share its memory's bandwidth: on a 2-core AMD EPYC one query took 1.6 ms
-        # either way alone, 2.2 ms in bfloat16 against 4.4 ms in float32 beside another search
+        # half the bytes a search of a few queries streams from memory (the module docstring
+        # gives what that saved and cost)
         self._gallery_bf16 = gallery_t.to(torch.bfloat16) if self.bfloat16 else None
         self._query_block = max(1, min(QUERY_BLOCK, SCORES_PER_BLOCK // n_padded))
 
@@ -280,11 +278,10 @@ class MatmulIndex(GalleryIndex):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` nearest of each query's ``shortlist`` (D', Q, m) of gallery positions (−1:
         none, only where ``padded``), for ``queries`` (D', Q, dim) at ``depths`` (D'): their
-        dissimilarities (the
-        distance for l2, −q·g for ip), computed from the rows so that a query's result does not
-        depend on the other queries, ascending with exact ties in position order, and the
-        positions. All depths at once: a search of one query is a handful of small operations,
-        not a handful per depth."""
+        dissimilarities (the distance for l2, −q·g for ip), computed from the rows so that a
+        query's result does not depend on the other queries, ascending with exact ties in
+        position order, and the positions. All depths at once: a search of one query is a
+        handful of small operations, not a handful per depth."""
         n_depths, n_queries, m = shortlist.shape
         first_row = depths[:, None, None] * self.n_items
         at = ((shortlist.clamp(min=0) if padded else shortlist) + first_row).view(-1)

@@ -140,7 +140,7 @@ def certified_shortlist(
     (torch.Size([2, 129]), [0, 1, 2, 3, 4, 5, 6, 7, 8, -1], [1])
     """
     widths = list(dict.fromkeys(min(found + margin, n_items) for margin in SHORTLIST_MARGINS))
-    columns, pending = None, None  # the first width's shortlists, all queries pending
+    columns, pending = None, None  # both None while every query is still pending
     for width in widths:
         rows, row_gap = (partial, gap) if pending is None else (partial[pending], gap[pending])
         values, at = smallest_k(rows, width)
