@@ -234,7 +234,7 @@ class MatmulIndex(GalleryIndex):
         (:func:`~oahu.inference.shortlist.certified_shortlist`): the columns (D, Q, m), −1 where
         a query's shortlist is narrower than the widest, the queries to measure against the whole
         gallery per depth, and whether any shortlist is padded with −1."""
-        bfloat16 = self._gallery_bf16 is not None and block.shape[1] <= BFLOAT16_QUERIES
+        bfloat16 = self.bfloat16 and block.shape[1] <= BFLOAT16_QUERIES
         roundoff = BFLOAT16_ROUNDOFF if bfloat16 else 0.0
         gaps = certified_gap(  # (D, Q), every depth at once
             torch.linalg.vector_norm(block.double(), dim=-1) * (1 + 1e-6),
