@@ -159,7 +159,10 @@ def test_kill_9_at_random_points_applies_every_constraint_once(kafka_bootstrap, 
     proc = service(kafka_bootstrap, topic, group, stream_file, state, *member)
     final = proc.wait_consumed(n)
     assert proc.terminate() == 0
-    assert killed_at == sorted(killed_at) and killed_at[-1] < n  # real mid-stream crashes
+    # real mid-stream crashes, each past its point; not necessarily in order: a process counts
+    # on from its checkpoint, so one killed soon after a restart can have counted fewer than
+    # the one before it did (points 849 and 921 once: killed at 972, then at 922)
+    assert all(point <= at < n for point, at in zip(kill_points, killed_at, strict=True))
     assert final["constraints_consumed"] == n  # each record counted once across 4 processes
     learner, progress = read_checkpoint(checkpoint_path(state))
     assert progress.offsets == {0: n} and progress.consumed == n
