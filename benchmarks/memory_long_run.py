@@ -31,7 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from benchmarks.learning_curves import resident_mb
-from benchmarks.provenance import code_version, cpu_model
+from benchmarks.provenance import code_version, cpu_model, machine
 from oahu.learners.oahu.learner import OAHU
 from oahu.persistence import learner_to_bytes
 from oahu.settings import parse_settings
@@ -124,6 +124,7 @@ def run(constraints: int, seed: int, params: dict[str, Any]) -> dict[str, Any]:
         "triplets_per_s": constraints / learning,
         "commit": code_version(),
         "cpu": cpu_model(),
+        "machine": machine(),
     }
 
 

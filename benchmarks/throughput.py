@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
-from provenance import code_version, cpu_model
+from provenance import code_version, cpu_model, machine
 
 from oahu.constraint_kinds import triplet_as_quadruplet
 from oahu.experiments.stream_replay import replay
@@ -109,6 +109,7 @@ def main() -> None:
         if args.device.startswith("cuda")
         else cpu_model(),
         "cpu_count": os.cpu_count(),
+        "machine": machine(),
         "code": code_version(),
         "torch": torch.__version__,
         "presets": args.variants,

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its siblings
-from provenance import code_version, cpu_model
+from provenance import code_version, cpu_model, machine
 
 import oahu
 from oahu.settings import parse_settings
@@ -162,6 +162,7 @@ def main() -> None:
         "seed": args.seed,
         "commit": code_version(),
         "cpu": cpu_model(),
+        "machine": machine(),
         "runs": runs,
     }
     out = RESULTS / f"throughput-windows{args.tag}.json"
