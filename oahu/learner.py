@@ -10,7 +10,8 @@ What a learner can do is declared, not guessed: its class sets
 constructor's (``get_params``, ``clone`` and the repr read them from the signature, as in
 scikit-learn and river, unless the class declares them in ``_param_specs``), and rebuilding a
 learner from a checkpoint calls the constructor with them, after the class's ``migrate_params``
-(:mod:`oahu.persistence`).
+(:mod:`oahu.persistence`); that half lives in :mod:`oahu.learner_params`, and combining copies
+of a learner (a learning group's members) in :mod:`oahu.combinable`.
 
 Input validation lives here, once, so that no learner can silently learn from bad data:
 
@@ -22,19 +23,18 @@ Input validation lives here, once, so that no learner can silently learn from ba
 
 from __future__ import annotations
 
-import inspect
 from abc import ABC, abstractmethod
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-import torch
 
 from oahu.capabilities import LEARN_HOOKS, Capabilities
+from oahu.combinable import Combinable
 from oahu.constraint_kinds import ROLES
 from oahu.drift import COMBINED, DETECTORS, DriftEvent, DriftMonitor
+from oahu.learner_params import LearnerParams
 from oahu.preprocessing import InputScaler
 
 MetricKind = Literal["l2", "ip"]
@@ -44,19 +44,6 @@ SKIP_DEGENERATE = "degenerate"
 
 # The hooks Learner._learn_constraint_rows calls by default, preprocessed, one matrix per role.
 _STACKED_HOOKS = ("_learn_triplets", "_learn_quadruplets")
-
-
-@dataclass(frozen=True)
-class CombineValues:
-    """A learner's values as combining copies of it sees them: ``averaged``, a flat float64
-    tensor (its parameters, on its device), and ``summed``, float64 counters.
-
-    >>> CombineValues(torch.zeros(2, dtype=torch.float64), np.ones(3)).summed.tolist()
-    [1.0, 1.0, 1.0]
-    """
-
-    averaged: torch.Tensor
-    summed: np.ndarray
 
 
 def as_feature_matrix(x: Any, n_features: int, field: str) -> np.ndarray:
@@ -93,7 +80,7 @@ def depths_side_by_side(embeddings: np.ndarray, alpha: np.ndarray) -> np.ndarray
     return out
 
 
-class Learner(ABC):
+class Learner(LearnerParams, Combinable, ABC):
     """Base class of all online metric learners.
 
     Subclasses set the class attributes, take their parameters as constructor arguments stored
@@ -222,7 +209,7 @@ class Learner(ABC):
         self.input_scaler.fit(items)
         self._prepare(self.input_scaler.transform(items))
 
-    def _prepare(self, items: np.ndarray) -> None:  # noqa: B027 (optional hook, no-op default)
+    def _prepare(self, items: np.ndarray) -> None:
         """What a learner itself fits on the preprocessed items (nothing by default)."""
 
     def learn(self, kind: str, items: Any, similar: Any = None) -> np.ndarray:
@@ -395,49 +382,6 @@ class Learner(ABC):
         values = self._diagnostics()
         return {d.name: values[d.name] for d in self.capabilities.diagnostics}
 
-    # ----------------------------------------------------------------- combining
-    def combine_values(self) -> CombineValues:
-        """What combining copies of this learner works on (``capabilities.combines_parameters``):
-        the values averaged (its parameters) and the counters summed.
-
-        >>> from oahu.learners.oahu.learner import OAHU
-        >>> values = OAHU(n_features=2, hidden_width=4, device="cpu").combine_values()
-        >>> values.summed.tolist()  # seen, used, updates, skipped by reason, then OAHU's own
-        [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
-        """
-        if not self.capabilities.combines_parameters:
-            raise ValueError(f"{self.name!r} declares no way to combine copies of its parameters")
-        counters = [self.constraints_seen, self.constraints_used, self.updates]
-        counters += [self.skipped[reason] for reason in self.skip_reasons]
-        summed = np.concatenate([np.asarray(counters, np.float64), self._summed_values()])
-        return CombineValues(self._averaged_values(), summed)
-
-    def set_combined_values(self, values: CombineValues) -> None:
-        """Continue from combined values (:meth:`combine_values`, each averaged or summed over the
-        copies): every copy that sets the same values holds the same model and counters."""
-        summed = np.rint(values.summed).astype(np.int64)
-        self.constraints_seen, self.constraints_used, self.updates = (int(v) for v in summed[:3])
-        reasons = len(self.skip_reasons)
-        for reason, count in zip(self.skip_reasons, summed[3 : 3 + reasons], strict=True):
-            if count or reason in self.skipped:
-                self.skipped[reason] = int(count)
-        self._set_summed_values(summed[3 + reasons :])
-        self._set_averaged_values(values.averaged)
-
-    def _averaged_values(self) -> torch.Tensor:
-        """The values that combining averages, float64 and flat, on the learner's device."""
-        raise NotImplementedError
-
-    def _set_averaged_values(self, values: torch.Tensor) -> None:
-        raise NotImplementedError
-
-    def _summed_values(self) -> np.ndarray:
-        """A learner's own counters that combining sums (none by default)."""
-        return np.zeros(0, np.float64)
-
-    def _set_summed_values(self, values: np.ndarray) -> None:  # noqa: B027 (optional hook)
-        """Set what ``_summed_values`` returned, summed over the copies."""
-
     # ----------------------------------------------------------------- inference
     def embed(self, x: Any, role: Literal["query", "gallery"] = "query") -> np.ndarray:
         """Embed items: float32 array of shape (n_depths, n_items, embedding_dim)."""
@@ -520,61 +464,6 @@ class Learner(ABC):
         if self.drift is not None and state.get("drift") is not None:
             self.drift.set_state(state["drift"])
 
-    @classmethod
-    def _param_specs(cls) -> tuple[inspect.Parameter, ...]:
-        """The learner's parameters besides ``n_features``, with their defaults: by default the
-        constructor's, read from its signature; a class whose constructor takes them as
-        ``**kwargs`` (OAHU takes its config's fields) lists them itself.
-
-        >>> from oahu.learners.baselines.rdml import RDML
-        >>> [(p.name, p.default) for p in RDML._param_specs()]
-        [('learning_rate', 0.1), ('psd_margin', 0.5), ('preprocess', 'unit')]
-        """
-        skip = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
-        parameters = inspect.signature(cls.__init__).parameters.values()
-        return tuple(
-            p for p in parameters if p.name not in ("self", "n_features") and p.kind not in skip
-        )
-
-    @classmethod
-    def param_names(cls) -> tuple[str, ...]:
-        """The names of the learner's parameters besides ``n_features`` (``_param_specs``)."""
-        return tuple(p.name for p in cls._param_specs())
-
-    @classmethod
-    def migrate_params(cls, params: dict[str, Any]) -> dict[str, Any]:
-        """The constructor arguments that rebuild a learner of this class saved with ``params``
-        (``get_params`` then): ``params`` themselves, unless the class's parameters changed
-        meaning since and it says how an older checkpoint's map onto them.
-
-        >>> from oahu.learners.baselines.oasis import OASIS
-        >>> OASIS.migrate_params({"aggressiveness": 0.5})
-        {'aggressiveness': 0.5}
-        """
-        return dict(params)
-
-    def _param_value(self, name: str) -> Any:
-        """The current value of constructor parameter ``name`` (the attribute of that name)."""
-        return getattr(self, name)
-
-    def get_params(self) -> dict[str, Any]:
-        """Constructor arguments (besides ``n_features``) that build this learner, untrained.
-
-        >>> from oahu.learners.baselines.rdml import RDML
-        >>> RDML(n_features=3, learning_rate=0.5).get_params()
-        {'learning_rate': 0.5, 'psd_margin': 0.5, 'preprocess': 'unit'}
-        """
-        return {name: self._param_value(name) for name in self.param_names()}
-
-    def clone(self) -> Learner:
-        """A new, untrained learner with the same parameters.
-
-        >>> from oahu.learners.baselines.oasis import OASIS
-        >>> OASIS(n_features=3, aggressiveness=0.5).clone()
-        OASIS(n_features=3, aggressiveness=0.5)
-        """
-        return type(self)(self.n_features, **self.get_params())
-
     @abstractmethod
     def _get_state(self) -> dict[str, Any]: ...
 
@@ -604,20 +493,3 @@ class Learner(ABC):
             "drift_detected": dict(self.drift.counts) if self.drift is not None else {},
             "drift_events": [e.to_dict() for e in self.drift_events],
         }
-
-    def __repr__(self) -> str:
-        """The constructor call, with the parameters that differ from their defaults."""
-        defaults = {p.name: p.default for p in self._param_specs()}
-        params = [
-            f"{name}={value!r}"
-            for name, value in self.get_params().items()
-            if not _same(value, defaults.get(name, inspect.Parameter.empty))
-        ]
-        return f"{type(self).__name__}({', '.join([f'n_features={self.n_features}', *params])})"
-
-
-def _same(value: Any, default: Any) -> bool:
-    try:
-        return bool(value == default) and type(value) is type(default)
-    except (TypeError, ValueError):  # e.g. arrays: never a default here
-        return False

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from oahu.streams.dataset import Dataset
 from oahu.streams.dataset_arrays import dataset_from_arrays
-from oahu.streams.dataset_files import SUFFIXES, read_dataset, write_dataset_csv
+from oahu.streams.dataset_files import SUFFIXES, read_dataset
+from oahu.streams.dataset_writing import write_dataset_csv
 from oahu.streams.datasets import load_digits
 
 PROPERTY = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from oahu.learner import CombineValues
+from oahu.combinable import CombineValues
 from oahu.learners.oahu.learner import OAHU
 from oahu.registry import make_learner
 from oahu.service.config import ServiceConfig

@@ -13,7 +13,7 @@ from oahu.cli.main import main
 from oahu.experiments.evaluation import evaluate
 from oahu.learners.baselines.euclidean import Euclidean
 from oahu.streams.benchmark_stream import build_stream
-from oahu.streams.dataset_files import write_dataset_csv
+from oahu.streams.dataset_writing import write_dataset_csv
 from oahu.streams.datasets import load_digits
 from oahu.streams.protocol import split_classes
 from tests.stream_support import round_trip_both_formats

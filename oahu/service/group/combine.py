@@ -27,7 +27,7 @@ record or in blocks); every 64 updates of 256, more on all 6.
 replay of a recorded schedule (:mod:`.schedule`).
 
 >>> import numpy as np, torch
->>> from oahu.learner import CombineValues
+>>> from oahu.combinable import CombineValues
 >>> last = CombineValues(torch.tensor([1.0, 2.0], dtype=torch.float64), np.array([8.0]))
 >>> a = CombineValues(torch.tensor([1.0, 4.0], dtype=torch.float64), np.array([10.0]))
 >>> b = CombineValues(torch.tensor([3.0, 0.0], dtype=torch.float64), np.array([13.0]))
@@ -48,7 +48,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from oahu.learner import CombineValues, Learner
+from oahu.combinable import CombineValues
+from oahu.learner import Learner
 
 __all__ = ["CombineRule", "apply", "combine_in_process", "combine_rule", "pack", "unpack"]
 
