@@ -274,3 +274,31 @@ def test_anchors_of_one_component_share_a_draw_of_candidates_in_groups_of_mine_a
     # With one draw of 4 candidates per component, at most 4 negatives per class could appear.
     negatives_of_low = {float(v) for v in triplets[triplets[:, 0, 0] < 75][:, 2, 0]}
     assert 4 < len(negatives_of_low) <= 4 * -(-320 // MINE_AHEAD)
+
+
+def test_a_reservoir_that_grows_fills_its_new_slots_then_samples_with_the_larger_k() -> None:
+    g = ConstraintGraph(6, 1, 1, 2, np.random.default_rng(0), held=3)
+    assert (g.capacity, g.held_limit, g.rows.shape) == (6, 3, (6, 1))
+    observe(g, (1, 2, 30), (3, 4, 31), (5, 6, 32))  # nine distinct items, three held
+    assert g.size == 3 and g.seen == 9
+    g.hold_up_to(5)
+    observe(g, (7, 8, 33))  # the next items not held take the free slots first
+    assert g.size == 5 and g.seen == 12
+    for value in (7, 8):
+        assert g.slot_of[int(row_keys(np.float32([[value]]))[0])] in (3, 4)
+    g.hold_up_to(2)  # never shrinks
+    g.hold_up_to(99)  # never past the slots it has
+    assert g.held_limit == 6
+    state = g.get_state()
+    again = ConstraintGraph(6, 1, 1, 2, np.random.default_rng(0), held=3)
+    again.set_state(state)
+    assert again.held_limit == 6 and again.size == g.size
+    del state["held_limit"]  # saved before reservoirs grew: they held their capacity
+    older = ConstraintGraph(6, 1, 1, 2, np.random.default_rng(0), held=3)
+    older.set_state(state)
+    assert older.held_limit == 6
+
+
+def test_the_held_limit_is_checked() -> None:
+    with pytest.raises(ValueError, match="held: must be an integer >= 1, got 0"):
+        ConstraintGraph(6, 1, 1, 2, np.random.default_rng(0), held=0)

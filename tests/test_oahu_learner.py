@@ -383,6 +383,54 @@ def test_a_reservoir_larger_than_the_items_a_stream_names_changes_nothing(triple
     assert not torch.equal(tight.network.head0, roomy.network.head0)  # once it fills, it counts
 
 
+@pytest.mark.parametrize("engine, batch_size", [("update", 1), ("update", 8), ("device", 1)])
+def test_the_reservoir_grows_once_the_step_size_has_halved(engine, batch_size) -> None:
+    """``early_item_memory`` items held until the decay has halved the step (3 · lr_decay = 60
+    constraints here), ``item_memory`` after; the growth is kept by a checkpoint."""
+    rng = np.random.default_rng(3)
+    model = small(
+        item_memory=100, early_item_memory=30, lr_decay=20, batch_size=batch_size,
+        batch_ramp=1, step_engine=engine,
+    )  # fmt: skip
+    graph = lambda: model.update_step.graph  # noqa: E731 (a drift may replace it)
+    assert model.update_step.items_held(59) == 30 and model.update_step.items_held(60) == 100
+    learn(model, rng.random((56, 3, D), dtype=np.float32))  # 168 distinct items
+    assert (graph().held_limit, graph().size, graph().capacity) == (30, 30, 100)
+    learn(model, rng.random((64, 3, D), dtype=np.float32))  # 192 more, past constraint 60
+    assert graph().held_limit == 100
+    assert 30 < graph().size <= 100
+    again = OAHU(D, **model.get_params())
+    again.set_state(model.get_state())
+    assert again.update_step.graph.held_limit == 100
+    assert np.array_equal(again.update_step.graph.keys, graph().keys)
+
+
+def test_before_it_grows_the_reservoir_learns_as_one_of_the_early_size(triplets) -> None:
+    """Bit for bit: a stream shorter than 3 · lr_decay learns as a fixed reservoir of
+    ``early_item_memory`` items, so figures of such streams hold for the growing default; and
+    ``early_item_memory=0`` is ``item_memory`` from the start."""
+    growing = small(item_memory=100, early_item_memory=32, lr_decay=1000)
+    fixed = small(item_memory=32, early_item_memory=0, lr_decay=1000)
+    large = small(item_memory=100, early_item_memory=0, lr_decay=1000)
+    for model in (growing, fixed, large):
+        learn(model, triplets)  # 120 distinct items
+        learn(model, triplets)
+    assert growing.update_step.graph.size == fixed.update_step.graph.size == 32
+    assert large.update_step.graph.size == 100
+    assert_same_model(growing, fixed)
+    assert not torch.equal(large.network.head0, growing.network.head0)
+
+
+def test_an_older_checkpoint_keeps_its_fixed_reservoir(triplets) -> None:
+    """A default learner saved before the reservoir could grow held ``item_memory`` items from
+    the start: rebuilt from its params, it still does."""
+    params = small().get_params()
+    del params["early_item_memory"]
+    rebuilt = OAHU(D, **OAHU.migrate_params(params))
+    assert rebuilt.config.early_item_memory == 0
+    assert rebuilt.update_step.graph.held_limit == params["item_memory"]
+
+
 @pytest.mark.parametrize("engine, batch_size", [("update", 64), ("device", 1), ("device", 64)])
 def test_the_graph_knows_an_item_once_however_the_stream_is_cut(engine, batch_size) -> None:
     """A block's projection rounds an item's row by how many rows it projects at once; the

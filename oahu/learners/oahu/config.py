@@ -103,7 +103,13 @@ class OAHUConfig:
     # the stream has revealed, among a reservoir of ``item_memory`` items: a random anchor, its
     # nearest known-similar item, and the nearest of ``mining_candidates`` known-dissimilar ones.
     mined: int = 2
-    item_memory: int = 8192
+    item_memory: int = 16384
+    # The reservoir holds only this many items until the step-size decay has halved the step
+    # (3 · lr_decay constraints; at once without a decay), then grows to ``item_memory`` (ours,
+    # G2 in docs/algorithms.md, "Capacity for long streams"): a held item's cached embedding, which
+    # mining ranks by, is refreshed only when the item is in a triplet, and while the step is
+    # large a reservoir twice as large leaves it too old. 0 = ``item_memory`` from the start.
+    early_item_memory: int = 8192
     mining_candidates: int = 128
     # Items whose component the constraint graph remembers, so that similarity carries over
     # through items that are not among the ``item_memory`` held for mining.
@@ -160,6 +166,7 @@ class OAHUConfig:
             ("mining_candidates", 0),
             ("replay_memory", 1),
             ("item_memory", 1),
+            ("early_item_memory", 0),
             ("prequential_window", 1),
             ("pace_round", 1),
             # The items held for mining stay known, and a triplet's three items must fit beside

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from oahu.checks import check_int
 from oahu.learners.oahu.graph_mining import GraphMining
 
 _NO_COMPONENT = -1
@@ -73,6 +74,8 @@ class ConstraintGraph(GraphMining):
     rng : the learner's generator (one seeded sequence of draws per learner).
     knowledge : items whose component is remembered (the least recently mentioned forgotten
         first), so that similarity carries over through items that are not held.
+    held : items held at first (``capacity`` if None); :meth:`hold_up_to` raises it, up to
+        ``capacity``, whose slots are allocated from the start.
 
     Mining ranks by the embeddings' inner products, which orders them by distance because they
     have unit norm (OAHU's do).
@@ -97,6 +100,7 @@ class ConstraintGraph(GraphMining):
         embedding_dim: int,
         rng: np.random.Generator,
         knowledge: int = 200_000,
+        held: int | None = None,
     ) -> None:
         # Held items stay known, and a triplet's three items must fit beside them: with less
         # room, remembering one of them forgets another before it is linked.
@@ -106,6 +110,9 @@ class ConstraintGraph(GraphMining):
                 f"got {capacity}"
             )
         self.capacity = capacity
+        # Items held now (reservoir sampling's k), at most ``capacity``: it only grows
+        # (:meth:`hold_up_to`), into slots allocated from the start.
+        self.held_limit = capacity if held is None else min(check_int(held, "held"), capacity)
         self.knowledge = knowledge
         self.rng = rng
         # Knowledge: item key -> component id (resolved through ``parent``), oldest first.
@@ -253,9 +260,9 @@ class ConstraintGraph(GraphMining):
         whole block at once and the generator is then moved on by the draws used, which leaves
         it where one draw per item would (``Generator.integers`` with an array of bounds draws
         as one call per bound does)."""
-        rng, slot_of, capacity = self.rng, self.slot_of, self.capacity
+        rng, slot_of, limit = self.rng, self.slot_of, self.held_limit
         draws: list[int] = []
-        if self.size == capacity:
+        if self.size == limit:
             state = rng.bit_generator.state
             bounds = np.arange(self.seen + 1, self.seen + 1 + len(flat))
             draws = rng.integers(0, bounds).tolist()
@@ -269,7 +276,7 @@ class ConstraintGraph(GraphMining):
                     self.seen += 1
                     slot = draws[used]
                     used += 1
-                    if slot >= capacity:
+                    if slot >= limit:
                         continue
                     self._release(slot)
                     self._hold(key, slot)
@@ -355,16 +362,29 @@ class ConstraintGraph(GraphMining):
         self.parent = {}
         self.next_component = len(renumber)
 
+    def hold_up_to(self, limit: int) -> None:
+        """Hold up to ``limit`` items (at most ``capacity``) from now on; the reservoir never
+        shrinks. Reservoir sampling goes on with the larger k: the next items not held fill the
+        free slots, then each one seen is held with probability k / (items seen).
+
+        >>> graph = ConstraintGraph(4, 1, 1, 1, np.random.default_rng(0), held=2)
+        >>> graph.hold_up_to(3); graph.held_limit
+        3
+        >>> graph.hold_up_to(9); graph.hold_up_to(2); graph.held_limit
+        4
+        """
+        self.held_limit = max(self.held_limit, min(int(limit), self.capacity))
+
     def _place(self, key: int) -> int | None:
         """Hold an item not held yet if reservoir sampling says so: its slot, or None. The
         caller writes the slot's row and embedding."""
         self.seen += 1
-        if self.size < self.capacity:
+        if self.size < self.held_limit:
             slot = self.size
             self.size += 1
         else:
             slot = int(self.rng.integers(0, self.seen))
-            if slot >= self.capacity:
+            if slot >= self.held_limit:
                 return None
             self._release(slot)
         self._hold(key, slot)
@@ -458,6 +478,7 @@ class ConstraintGraph(GraphMining):
             "rows": torch.from_numpy(self.rows[:n].copy()),
             "embeddings": torch.from_numpy(self.embeddings[:n].swapaxes(0, 1).copy()),
             "counters": [self.seen, self.contradictions],
+            "held_limit": self.held_limit,
             "waiting": torch.from_numpy(np.stack([self.waiting, self.waiting_keys], 1)),
         }
 
@@ -491,6 +512,8 @@ class ConstraintGraph(GraphMining):
             self._start_holding(root)
             self.members[root] = n_held
         self.seen, self.contradictions = (int(v) for v in state["counters"])
+        # Graphs saved before the reservoir could grow held their capacity throughout.
+        self.held_limit = min(int(state.get("held_limit", self.capacity)), self.capacity)
         # Graphs saved before mining ahead have none waiting.
         waiting = state.get("waiting", torch.zeros((0, 2, 3), dtype=torch.int64)).numpy()
         self.waiting, self.waiting_keys = waiting[:, 0].copy(), waiting[:, 1].copy()

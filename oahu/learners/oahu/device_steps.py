@@ -430,6 +430,9 @@ class DeviceResidentSteps:
             fresh = fresh[: len(where)] if where[-1] == len(where) - 1 else fresh[where]
             fresh = fresh if ok.all() else fresh[ok]
             keys = block.keys[ok]
+            # Counted before the block, where a per-update step counts before each update: the
+            # reservoir grows at most one block later on this path.
+            step.graph.hold_up_to(step.items_held())
             written = step.graph.observe(block.new[ok], fresh.transpose(1, 2, 0, 3), keys)
             self.mining.written(step.graph, written)
         step.prequential.update(correct, combined)

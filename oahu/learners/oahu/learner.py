@@ -75,7 +75,7 @@ _FIELDS_OF_THE_DEFAULT_LEARNER = frozenset(
 )
 # OAHUConfig's fields added to the default learner since, with the value that reproduces how a
 # checkpoint written before them learned.
-_FIELDS_ADDED_LATER = {"lr_floor": 0.0}
+_FIELDS_ADDED_LATER = {"lr_floor": 0.0, "early_item_memory": 0}
 
 
 class OAHU(Learner):
@@ -235,9 +235,9 @@ class OAHU(Learner):
         >>> OAHU.migrate_params(old)["preset"]
         'paper'
         >>> OAHU.migrate_params({"preset": None, "loss": "margin", "lr_floor": 0.5})
-        {'preset': None, 'loss': 'margin', 'lr_floor': 0.5}
+        {'preset': None, 'loss': 'margin', 'lr_floor': 0.5, 'early_item_memory': 0}
         >>> OAHU.migrate_params({"preset": None, "loss": "margin"})
-        {'preset': None, 'loss': 'margin', 'lr_floor': 0.0}
+        {'preset': None, 'loss': 'margin', 'lr_floor': 0.0, 'early_item_memory': 0}
         """
         if not _FIELDS_OF_THE_DEFAULT_LEARNER & set(params):
             return {**params, "preset": "paper"}
@@ -409,6 +409,7 @@ class OAHU(Learner):
             self.network.embedding_dim,
             self._rng,
             knowledge=self.config.graph_memory,
+            held=self.config.early_item_memory or None,
         )
 
     # ---------------------------------------------------------------- combining

@@ -337,6 +337,25 @@ class UpdateStep:
             return eta * floor
         return eta / root
 
+    def items_held(self, learned: int | None = None) -> int:
+        """How many items the constraint graph holds for mining after ``learned`` (or
+        ``self.learned``) constraints: ``early_item_memory`` until the step-size decay has
+        halved the step (3 · ``lr_decay`` constraints after the latest adapted drift, as S1
+        counts them), ``item_memory`` from then on, and from the start without a decay or with
+        ``early_item_memory`` 0 (ours, G2 in docs/algorithms.md, "Capacity for long streams").
+
+        >>> from oahu.learners.oahu.learner import OAHU
+        >>> step = OAHU(n_features=2, device="cpu").update_step
+        >>> step.items_held(29_999), step.items_held(30_000)
+        (8192, 16384)
+        """
+        config = self.config
+        early = config.early_item_memory
+        since = (self.learned if learned is None else learned) - self.decay_origin
+        if not early or not config.lr_decay or since >= 3 * config.lr_decay:
+            return config.item_memory
+        return min(early, config.item_memory)
+
     def hedge(self, new_loss: Array) -> None:
         """Eq. 20 on the hedge signal of each new constraint (their losses ``new_loss``, or the
         mistakes ``score`` set), then the floor s/(L+1) and renormalisation."""
@@ -373,6 +392,7 @@ class UpdateStep:
         for role in range(3):
             self.graph.refresh(slots[:, role], mined[:, role])
         if n_roles == 3:
+            self.graph.hold_up_to(self.items_held())
             self.graph.observe(new, fresh, keys)
 
     def replay_for(self, n_roles: int) -> ReplayReservoir:
