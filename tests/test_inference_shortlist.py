@@ -161,7 +161,7 @@ def brute_force_order(gallery: np.ndarray, queries: np.ndarray, k: int) -> np.nd
 
 
 @pytest.mark.parametrize("rows_per_chunk", [matmul.ROWS_PER_CHUNK, 7])
-def test_a_query_no_shortlist_certifies_is_measured_against_the_whole_gallery(
+def test_a_query_no_shortlist_certifies_is_measured_against_its_band(
     monkeypatch, rows_per_chunk
 ):
     monkeypatch.setattr(matmul, "ROWS_PER_CHUNK", rows_per_chunk)  # 7: many chunks to merge
@@ -173,7 +173,7 @@ def test_a_query_no_shortlist_certifies_is_measured_against_the_whole_gallery(
     # the crowd's nearest five are the float64 brute force's (the items differ by ~1e-4, far
     # beyond float32 rounding), at depth 0 and depth 1 alike
     np.testing.assert_array_equal(pos, brute_force_order(gallery, queries, 5))
-    # ... which the widest bfloat16 shortlist alone would not give: without the whole-gallery
+    # ... which the widest bfloat16 shortlist alone would not give: without the band's
     # measurement the crowded queries' answers are wrong
     monkeypatch.setattr(
         matmul,
@@ -182,6 +182,22 @@ def test_a_query_no_shortlist_certifies_is_measured_against_the_whole_gallery(
     )
     _, without = index.search(queries, 5)
     assert not np.array_equal(without[0, :3], pos[0, :3])
+
+
+@pytest.mark.parametrize("bfloat16", [True, False])
+def test_a_band_holds_the_nearest_and_is_a_fraction_of_a_crowded_gallery(bfloat16):
+    """What an uncertified query is measured against: every item within the certificate's gap
+    of its k-th partial distance, the brute force's k nearest among them, not every item."""
+    gallery, queries = crowded_gallery(4, crowd=600)
+    index = MatmulIndex(gallery, bfloat16=bfloat16)
+    _, bands, _ = index._shortlists(torch.from_numpy(queries), 5)
+    truth = brute_force_order(gallery, queries, 5)
+    assert [i for i, _ in bands[0]] == [0, 1, 2] and bands[1] == []  # the crowd's queries
+    for i, band in bands[0]:
+        positions = band.tolist()
+        assert positions == sorted(set(positions))
+        assert set(truth[0, i].tolist()) <= set(positions)
+        assert 5 + 128 < len(positions) < gallery.shape[1] / 2  # wider than any shortlist
 
 
 @pytest.mark.parametrize("metric", ["l2", "ip"])

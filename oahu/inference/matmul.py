@@ -22,12 +22,13 @@ row, whose order depends only on the dimension), and sorted by (distance, positi
 shortlist is *certified* (:mod:`oahu.inference.shortlist`): from a bound on the product's
 rounding, it is widened until it provably holds every column that can be among the k nearest,
 and a query no width certifies (many items within rounding of its k-th) is measured against
-the whole gallery. So a query gets the answer of measuring every row, whatever the kernel,
-library, precision or batch of the product. The distances are also more accurate for it:
-|q − g|² directly instead of |q|² + |g|² − 2q·g, which loses digits when q is near g. Side by
-side with the product's own distances, on a 35,000-item gallery of three depths of 200 on one
-thread, a search took 1-4% longer for one to four queries, a tenth less for 16 (the old path
-squared each depth's queries apart) and 9% longer for an evaluation's block of 1,024.
+its band, every column whose partial distance is within the certificate's gap of its k-th. So a
+query gets the answer of measuring every row, whatever the kernel, library, precision or batch
+of the product. The distances are also more accurate for it: |q − g|² directly instead of
+|q|² + |g|² − 2q·g, which loses digits when q is near g. Side by side with the product's own
+distances, on a 35,000-item gallery of three depths of 200 on one thread, a search took 1-4%
+longer for one to four queries, a tenth less for 16 (the old path squared each depth's queries
+apart) and 9% longer for an evaluation's block of 1,024.
 
 Since the product only ranks, it may be rounded: with ``bfloat16=True``, blocks of a few
 queries multiply a bfloat16 copy of the gallery (torch's oneDNN, in hardware on CPUs with
@@ -100,8 +101,9 @@ QUERY_BLOCK = 1024
 # ... and at most this many scores per product (512 MB of float32), so that a 1,000,000-item
 # gallery takes 134 queries at a time rather than 4 GB per block.
 SCORES_PER_BLOCK = 1 << 27
-# Rows measured at once when a query's whole gallery is (a query no shortlist certified):
-# 52 MB of float32 rows of 200 dimensions, not the whole gallery (800 MB for 1,000,000 items).
+# Rows measured at once of a query's band (a query no shortlist certified; a collapsed head's
+# band can be the whole gallery): 52 MB of float32 rows of 200 dimensions, not 800 MB for
+# 1,000,000 items.
 ROWS_PER_CHUNK = 1 << 16
 # Blocks of at most this many queries multiply the bfloat16 copy of the gallery (where there is
 # one); larger ones the float32 gallery. A bfloat16 product writes bfloat16 scores that must be
@@ -229,11 +231,12 @@ class MatmulIndex(GalleryIndex):
 
     def _shortlists(
         self, block: torch.Tensor, found: int
-    ) -> tuple[torch.Tensor, list[torch.Tensor], bool]:
+    ) -> tuple[torch.Tensor, list[list[tuple[int, torch.Tensor]]], bool]:
         """Certified shortlists of each query of ``block`` (D, Q, dim) at every depth
         (:func:`~oahu.inference.shortlist.certified_shortlist`): the columns (D, Q, m), −1 where
-        a query's shortlist is narrower than the widest, the queries to measure against the whole
-        gallery per depth, and whether any shortlist is padded with −1."""
+        a query's shortlist is narrower than the widest; per depth, each query no shortlist
+        certified with its band (:meth:`_band`), to measure whole; and whether any shortlist is
+        padded with −1."""
         bfloat16 = self.bfloat16 and block.shape[1] <= BFLOAT16_QUERIES
         roundoff = BFLOAT16_ROUNDOFF if bfloat16 else 0.0
         gaps = certified_gap(  # (D, Q), every depth at once
@@ -245,18 +248,17 @@ class MatmulIndex(GalleryIndex):
             inputs_roundoff=roundoff,
             output_roundoff=roundoff,
         )
-        shortlists, uncertified = zip(
-            *(
-                certified_shortlist(
-                    self._partial_distances(block[depth], depth, bfloat16),
-                    found,
-                    gaps[depth],
-                    self.n_items,
-                )
-                for depth in range(self.n_depths)
-            ),
-            strict=True,
-        )
+        shortlists, bands = [], []
+        for depth in range(self.n_depths):
+            partial = self._partial_distances(block[depth], depth, bfloat16)
+            columns, uncertified = certified_shortlist(partial, found, gaps[depth], self.n_items)
+            shortlists.append(columns)
+            bands.append(
+                [
+                    (i, self._band(partial[i, : self.n_items], found, gaps[depth, i]))
+                    for i in uncertified.tolist()
+                ]
+            )
         width = max(s.shape[1] for s in shortlists)
         # rows certified by a narrower shortlist than the widest tried carry −1s
         padded = width > min(found + SHORTLIST_MARGINS[0], self.n_items)
@@ -266,7 +268,7 @@ class MatmulIndex(GalleryIndex):
                 for s in shortlists
             ]
         )
-        return stacked, list(uncertified), padded
+        return stacked, bands, padded
 
     def _nearest_of(
         self,
@@ -298,18 +300,28 @@ class MatmulIndex(GalleryIndex):
         dissim, order = dissim.gather(-1, by_position).sort(dim=-1, stable=True)
         return dissim[..., :k], positions.gather(-1, order)[..., :k]
 
-    def _nearest_of_all(
-        self, query: torch.Tensor, depth: int, k: int
+    @staticmethod
+    def _band(partial: torch.Tensor, k: int, gap: torch.Tensor) -> torch.Tensor:
+        """The gallery positions (ascending) whose partial distance is within ``gap`` of the
+        ``k``-th smallest of ``partial`` (n_items,): by the certificate's own argument
+        (:mod:`oahu.inference.shortlist`) a column further out cannot be among the k nearest, so
+        the band holds them, ties included, whatever the product's rounding."""
+        partial = partial.double()
+        kth = torch.kthvalue(partial, k).values
+        return torch.nonzero(partial <= kth + gap).view(-1)
+
+    def _nearest_in_band(
+        self, query: torch.Tensor, band: torch.Tensor, depth: int, k: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``k`` nearest of the whole gallery at ``depth`` for one ``query`` (dim,), as
-        :meth:`_nearest_of` measures them, a chunk of rows at a time so that a large gallery is
-        not copied whole: each chunk's k nearest, then the k nearest of those."""
+        """The ``k`` nearest of ``band`` (:meth:`_band`) at ``depth`` for one ``query`` (dim,)
+        that no shortlist certified, as :meth:`_nearest_of` measures them: a crowded gallery's
+        band (a collapsed head's, a cluster of near-duplicates) can be thousands of items, so it
+        is measured a chunk of rows at a time and not copied whole: each chunk's k nearest, then
+        the k nearest of those."""
         at_depth = torch.tensor([depth], device=self.device)
         found_d, found_p = [], []
-        for start in range(0, self.n_items, ROWS_PER_CHUNK):
-            chunk = torch.arange(
-                start, min(start + ROWS_PER_CHUNK, self.n_items), device=self.device
-            )[None, None, :]
+        for start in range(0, len(band), ROWS_PER_CHUNK):
+            chunk = band[start : start + ROWS_PER_CHUNK][None, None, :]
             d, p = self._nearest_of(query[None, None, :], chunk, k, at_depth, padded=False)
             found_d.append(d)
             found_p.append(p)
@@ -333,13 +345,13 @@ class MatmulIndex(GalleryIndex):
         for start in range(0, n_queries, self._query_block):
             rows = slice(start, start + self._query_block)
             block = qt[:, rows]
-            shortlist, uncertified, padded = self._shortlists(block, found)
+            shortlist, bands, padded = self._shortlists(block, found)
             best, columns = self._nearest_of(block, shortlist, found, every_depth, padded)
-            # a query no shortlist certified is measured against every item (rare: many items
-            # within the product's rounding of its k-th nearest)
-            for depth, queries_left in enumerate(uncertified):
-                for i in queries_left.tolist():
-                    near = self._nearest_of_all(block[depth, i], depth, found)
+            # a query no shortlist certified (many items within the product's rounding of its
+            # k-th nearest: a crowded region, a collapsed head) is measured against its band
+            for depth, banded in enumerate(bands):
+                for i, band in banded:
+                    near = self._nearest_in_band(block[depth, i], band, depth, found)
                     best[depth, i], columns[depth, i] = near
             best_all[:, rows], columns_all[:, rows] = best, columns
         dissim[:, :, :found] = best_all.cpu().numpy()

@@ -14,8 +14,9 @@ the k-th smallest true p is at most p̃₍k₎ + E, so every column that can be 
 has p̃ ≤ p̃₍k₎ + 2E. A shortlist of the m smallest p̃ therefore holds all of them when its last
 value exceeds p̃₍k₎ + 2E + R (R: the rescoring's own rounding, which may reorder items whose
 true distances differ by less). A query whose shortlist is not certified at any width is
-measured against its whole gallery. Whatever a kernel or batch does to the product's bits, the
-answer is that of measuring every row, so a query gets one answer whatever waits beside it.
+measured against its band, every column with p̃ ≤ p̃₍k₎ + 2E + R, by the same argument.
+Whatever a kernel or batch does to the product's bits, the answer is that of measuring every
+row, so a query gets one answer whatever waits beside it.
 
 E for one query, from the standard bounds on a dot product of n terms accumulated in float32
 (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., Section 3.1; γ_n =
