@@ -12,7 +12,7 @@ from benchmarks.validation_search import (
     summarise,
     validation_stream,
 )
-from oahu.learners.oahu.constraint_graph import row_keys
+from oahu.learners.oahu.item_keys import row_keys
 from oahu.streams.datasets import load_digits
 from oahu.streams.protocol import split_dev_test
 

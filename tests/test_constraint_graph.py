@@ -5,8 +5,9 @@ import copy
 import numpy as np
 import pytest
 
-from oahu.learners.oahu.constraint_graph import ConstraintGraph, row_keys
+from oahu.learners.oahu.constraint_graph import ConstraintGraph
 from oahu.learners.oahu.graph_mining import MINE_AHEAD
+from oahu.learners.oahu.item_keys import row_keys
 
 
 def graph(capacity: int = 64, seed: int = 0) -> ConstraintGraph:

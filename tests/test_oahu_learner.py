@@ -438,7 +438,7 @@ def test_the_graph_knows_an_item_once_however_the_stream_is_cut(engine, batch_si
     similar and dissimilar items are never joined to it (here 800 constraints of digits name
     654 items; keyed by their projections, 1,500 constraints named 835 and blocks of 64 made
     1,558 of them)."""
-    from oahu.learners.oahu.constraint_graph import row_keys
+    from oahu.learners.oahu.item_keys import row_keys
     from oahu.streams.benchmark_stream import build_stream
 
     stream = build_stream("digits", n_constraints=800, seed=0)

@@ -23,7 +23,6 @@ noisy annotator would produce) is not applied and is counted in ``contradictions
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -31,6 +30,7 @@ import torch
 
 from oahu.checks import check_int
 from oahu.learners.oahu.graph_mining import GraphMining
+from oahu.learners.oahu.item_keys import row_keys
 
 _NO_COMPONENT = -1
 # Up to this many held mentions per block are written one by one, in stream order.
@@ -38,27 +38,6 @@ _WRITE_IN_ORDER = 12
 # Blocks of at least this many triplets are observed phase by phase (_observe_block); a strict
 # step's one triplet costs less in order.
 _OBSERVE_AS_BLOCK = 4
-
-
-def row_keys(rows: np.ndarray) -> np.ndarray:
-    """A 64-bit key per float32 row (the last axis): equal rows get equal keys, and different
-    rows collide with probability about 2^-64 (a random linear hash of the rows' bits).
-
-    >>> rows = np.array([[1.0, 2.0], [1.0, 2.0], [2.0, 1.0]], dtype=np.float32)
-    >>> keys = row_keys(rows)
-    >>> bool(keys[0] == keys[1]), bool(keys[0] == keys[2])
-    (True, False)
-    """
-    bits = np.ascontiguousarray(rows, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    # A product in uint64 wraps modulo 2^64, where the sum's order does not matter.
-    return (bits @ _multipliers(bits.shape[-1])).view(np.int64)
-
-
-@functools.cache
-def _multipliers(width: int) -> np.ndarray:
-    # Fixed odd 64-bit multipliers: the same row gets the same key in every process and run.
-    draw = np.random.default_rng(0x0A40).integers(0, 2**63, size=width, dtype=np.uint64)
-    return draw * np.uint64(2) + np.uint64(1)
 
 
 class ConstraintGraph(GraphMining):

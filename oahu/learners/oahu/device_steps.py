@@ -41,10 +41,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 import torch
 
-from oahu.learners.oahu.constraint_graph import row_keys
 from oahu.learners.oahu.device_mining import DeviceMining
 from oahu.learners.oahu.hedge import hedge_update
 from oahu.learners.oahu.host_transfers import HostBuffers, InFlight
+from oahu.learners.oahu.item_keys import row_keys
 from oahu.learners.oahu.loss import constraint_distances, embedding_gradient
 from oahu.learners.oahu.update import StepResult
 from oahu.threads import torch_threads

@@ -40,8 +40,9 @@ import torch
 from oahu.constraint_kinds import TRIPLET_AS_QUADRUPLET
 from oahu.learners.oahu.arrays import Array, concat, namespace
 from oahu.learners.oahu.config import OAHUConfig
-from oahu.learners.oahu.constraint_graph import ConstraintGraph, row_keys
+from oahu.learners.oahu.constraint_graph import ConstraintGraph
 from oahu.learners.oahu.hedge import HedgeSignal, hedge_update
+from oahu.learners.oahu.item_keys import row_keys
 from oahu.learners.oahu.loss import DepthLoss, constraint_distances, embedding_gradient
 from oahu.learners.oahu.network import ForwardCache, MultiDepthNetwork
 from oahu.learners.oahu.prequential import PrequentialAccuracy
