@@ -19,7 +19,7 @@ from oahu.experiments.cross_modal_evaluation import link_auc, mean_average_preci
 from oahu.experiments.cross_modal_replay import replay_cross_modal
 from oahu.learners.cross_modal import BinaryCodes, CrossModalOAHU, hamming_distances, pack_codes
 from oahu.learners.cross_modal.cca import CanonicalReference
-from oahu.learners.cross_modal.learner import PAIR_THRESHOLD, constraint_gradients
+from oahu.learners.cross_modal.loss import PAIR_THRESHOLD, constraint_gradients
 from oahu.streams.packaged_datasets import is_cached
 
 needs_mfeat = pytest.mark.skipif(

@@ -38,7 +38,7 @@ from oahu.active import (
 )
 from oahu.checks import check_choice, check_int
 from oahu.experiments.cross_modal_replay import learn_constraint, learn_row, prepared_model
-from oahu.learners.cross_modal.learner import PAIR_THRESHOLD
+from oahu.learners.cross_modal.loss import PAIR_THRESHOLD
 from oahu.streams.cross_modal import PAIR, TRIPLET, CrossModalStream
 
 __all__ = [

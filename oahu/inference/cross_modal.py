@@ -19,7 +19,8 @@ from typing import Any
 import faiss
 import numpy as np
 
-from oahu.learners.cross_modal.learner import PAIR_THRESHOLD, CrossModalOAHU
+from oahu.learners.cross_modal.learner import CrossModalOAHU
+from oahu.learners.cross_modal.loss import PAIR_THRESHOLD
 
 __all__ = ["CrossModalGallery", "Retrieved"]
 
