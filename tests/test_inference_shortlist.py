@@ -234,3 +234,11 @@ def test_bfloat16_is_off_by_default_and_a_bad_setting_is_refused():
     assert MatmulIndex(gallery, bfloat16=True)._gallery_bf16 is not None
     with pytest.raises(ValueError, match="bfloat16: must be true or false, got 'on'"):
         MatmulIndex(gallery, bfloat16="on")
+
+
+def test_a_query_with_non_finite_values_is_measured_against_every_item():
+    """Its partial distances bound nothing, so its band is the whole gallery, never empty."""
+    band = MatmulIndex._band(torch.full((300,), float("nan")), 5, torch.tensor(1e-6))
+    assert band.tolist() == list(range(300))
+    finite = MatmulIndex._band(torch.arange(300.0), 5, torch.tensor(1.5))
+    assert finite.tolist() == [0, 1, 2, 3, 4, 5]

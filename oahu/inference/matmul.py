@@ -308,7 +308,12 @@ class MatmulIndex(GalleryIndex):
         the band holds them, ties included, whatever the product's rounding."""
         partial = partial.double()
         kth = torch.kthvalue(partial, k).values
-        return torch.nonzero(partial <= kth + gap).view(-1)
+        band = torch.nonzero(partial <= kth + gap).view(-1)
+        if len(band) < k:
+            # a query whose partial distances are not finite (NaN or infinite features) bounds
+            # nothing: it is measured against every item, as the rows decide
+            return torch.arange(len(partial), device=partial.device)
+        return band
 
     def _nearest_in_band(
         self, query: torch.Tensor, band: torch.Tensor, depth: int, k: int
