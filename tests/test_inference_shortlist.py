@@ -242,3 +242,36 @@ def test_a_query_with_non_finite_values_is_measured_against_every_item():
     assert band.tolist() == list(range(300))
     finite = MatmulIndex._band(torch.arange(300.0), 5, torch.tensor(1.5))
     assert finite.tolist() == [0, 1, 2, 3, 4, 5]
+
+
+# numpy says so when it multiplies an infinite query
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 1e30])
+@pytest.mark.parametrize("n_items", [3, 300])
+def test_a_non_finite_query_gets_real_items_and_leaves_its_neighbours_answers_alone(
+    metric, bad, n_items
+):
+    """Infinite, NaN or overflowing features make a query's partial distances non-finite; NaN
+    ranks after +inf and +inf ties with the padding columns, which once sent such a query's
+    shortlist past the gallery (an IndexError). It now names only real items, and the finite
+    queries of its block get the answers they get alone."""
+    rng = np.random.default_rng(7)
+    gallery = rng.normal(size=(2, n_items, 8)).astype(np.float32)
+    queries = np.full((2, 3, 8), bad, dtype=np.float32)
+    queries[:, 1] = rng.normal(size=(2, 8))
+    index = MatmulIndex(gallery, metric=metric)
+    found = min(5, n_items)
+    dissim, pos = index.search(queries, 5)
+    assert ((pos[:, :, :found] >= 0) & (pos[:, :, :found] < n_items)).all()
+    for row in (0, 2):
+        assert sorted(pos[0, row, :found].tolist()) == sorted(set(pos[0, row, :found].tolist()))
+    alone = index.search(queries[:, 1:2], 5)
+    np.testing.assert_array_equal(pos[:, 1:2], alone[1])
+    np.testing.assert_array_equal(dissim[:, 1:2], alone[0])
+    g, q = gallery.astype(np.float64), queries[:, 1].astype(np.float64)
+    if metric == "l2":
+        truth = brute_force_order(gallery, queries[:, 1:2], found)[:, 0]
+    else:
+        truth = np.argsort(-np.einsum("dnk,dk->dn", g, q), axis=1, kind="stable")[:, :found]
+    np.testing.assert_array_equal(pos[:, 1, :found], truth)

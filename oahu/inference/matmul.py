@@ -251,6 +251,7 @@ class MatmulIndex(GalleryIndex):
         shortlists, bands = [], []
         for depth in range(self.n_depths):
             partial = self._partial_distances(block[depth], depth, bfloat16)
+            self._bound_non_finite(partial)
             columns, uncertified = certified_shortlist(partial, found, gaps[depth], self.n_items)
             shortlists.append(columns)
             bands.append(
@@ -269,6 +270,25 @@ class MatmulIndex(GalleryIndex):
             ]
         )
         return stacked, bands, padded
+
+    def _bound_non_finite(self, partial: torch.Tensor) -> None:
+        """Make every real column of ``partial`` (Q, padded columns) rank before the padding,
+        in place: a query with infinite or NaN features, or one whose product overflows, has
+        non-finite partial distances, NaN ranks after +inf and +inf ties with the padding, and
+        a shortlist reaching into the padding would name items that do not exist. Such rows'
+        real columns are clamped to ±(largest float32) and their padding set back to +inf; the
+        certificate then fails for them and they are measured against their band (every item
+        where nothing bounds the band)."""
+        real = partial[:, : self.n_items]
+        finite = torch.isfinite(real).all(dim=1)
+        if bool(finite.all()):
+            return
+        rows = torch.nonzero(~finite).view(-1)
+        largest = torch.finfo(partial.dtype).max
+        partial[rows, : self.n_items] = torch.nan_to_num(
+            real[rows], nan=largest, posinf=largest, neginf=-largest
+        )
+        partial[rows, self.n_items :] = float("inf")
 
     def _nearest_of(
         self,
