@@ -10,7 +10,7 @@ import torch
 
 from oahu import OAHU
 from oahu.learners.oahu.config import OAHUConfig
-from oahu.learners.oahu.device_steps import UPDATES_PER_GRAPH
+from oahu.learners.oahu.update_graphs import UPDATES_PER_GRAPH
 
 D = 12
 
@@ -191,7 +191,7 @@ def test_cuda_graphs_learn_the_cpu_model(batch_size):
         )
         _learn(models[device], rows)
     cpu, cuda = models["cpu"], models["cuda"]
-    assert cuda.device_steps._graphs is not None
+    assert cuda.device_steps.runner.graphs is not None
     for name, a in cpu.network.tensors().items():
         b = cuda.network.tensors()[name].cpu()
         assert torch.allclose(a, b, atol=1e-3), (name, float((a - b).abs().max()))

@@ -34,7 +34,6 @@ before), so that the staleness stays a small share of what the graph knows.
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -47,20 +46,13 @@ from oahu.learners.oahu.host_transfers import HostBuffers, InFlight
 from oahu.learners.oahu.item_keys import row_keys
 from oahu.learners.oahu.loss import constraint_distances, embedding_gradient
 from oahu.learners.oahu.update import StepResult
-from oahu.threads import torch_threads
+from oahu.learners.oahu.update_graphs import UPDATES_PER_GRAPH, UpdateGraphs
 
 if TYPE_CHECKING:
     from oahu.learners.oahu.update import UpdateStep
 
 __all__ = ["DeviceResidentSteps"]
 
-# Updates captured in one CUDA graph: a graph launch costs the host a few microseconds, so a
-# block of 256 strict updates is 32 launches rather than 256.
-UPDATES_PER_GRAPH = 8
-# Whether the captured update is compiled first (torch.compile), which fuses its elementwise
-# arithmetic: an update was 35 kernels on an H100, 8 of them GEMMs (benchmarks/README.md,
-# "On CUDA"), where its operations number about 110.
-COMPILE_UPDATE = True
 # New triplets a block holds at most, whatever the batch size: its inputs and the embeddings it
 # returns take about 30 KB per new triplet of the default learner (200 features, 3 depths, two
 # mined triplets each), about 1 GB for a block of this many, on the device and twice pinned on
@@ -149,8 +141,10 @@ class DeviceResidentSteps:
             else None
         )
         self._mined_rows = torch.arange(self.n_mined, device=self.device)
-        self._graphs: tuple[Any, Any] | None = None
-        self.compiled = False  # whether the captured update was compiled
+        # How the update runs: on CUDA as captured graphs of several updates.
+        self.runner = UpdateGraphs(
+            self.update, self._state, self.counter, self.device, config.cpu_threads or None
+        )
         self._mirrored: tuple[int, int] | None = None  # (id, revision) of the reservoir held
         self._out_of_step = False  # the device's reservoir was written out of step with it
         # The host's α and last losses the device took, and the reservoir's and the clock's
@@ -384,7 +378,7 @@ class DeviceResidentSteps:
             into += np.arange(len(into))
             self.mining.mine(step.graph, into, self.alpha, config.mining_candidates)
         self.counter.zero_()
-        self._run(k)
+        self.runner.run(k)
         self._held = min(self._held + n, self.capacity)
         self._seen += n
         self._scheduled += n
@@ -466,73 +460,6 @@ class DeviceResidentSteps:
             replay.place(new, insert)
         self._mirrored = (id(replay), replay.revision)
         self._out_of_step |= not every
-
-    def _run(self, n: int) -> None:
-        """n updates: on CUDA by graph launches, elsewhere one call each."""
-        if not self.capture:
-            with torch_threads(self.step.config.cpu_threads or None):
-                for _ in range(n):
-                    self.update()
-            return
-        many, one = self._graphs or self._capture()
-        for _ in range(n // UPDATES_PER_GRAPH):
-            many.replay()
-        for _ in range(n % UPDATES_PER_GRAPH):
-            one.replay()
-
-    def _capture(self) -> tuple[Any, Any]:
-        """CUDA graphs of UPDATES_PER_GRAPH updates and of one, captured after a warm-up on a
-        side stream (as ``torch.cuda.graphs`` requires). The update is compiled first
-        (``torch.compile``: its elementwise arithmetic fused into a few kernels), unless
-        COMPILE_UPDATE is off or compiling fails, when the graphs hold the plain update's
-        kernels. Warm-up and capture run updates, so the model and the reservoir are saved
-        before and put back after."""
-        saved = [t.clone() for t in self._state()]
-        update = self._warm_up()
-        many, one = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        with torch.cuda.graph(many):
-            for _ in range(UPDATES_PER_GRAPH):
-                update()
-        with torch.cuda.graph(one):
-            update()
-        for target, value in zip(self._state(), saved, strict=True):
-            target.copy_(value)
-        self.counter.zero_()
-        self._graphs = (many, one)
-        return many, one
-
-    def _warm_up(self) -> Any:
-        """Run (and compile) the update a few times on a side stream; returns the update the
-        graphs capture."""
-        self.compiled = COMPILE_UPDATE
-        update = (
-            torch.compile(self.update, fullgraph=True, dynamic=False)
-            if self.compiled
-            else self.update
-        )
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            try:
-                self._run_eagerly(update)
-            except Exception as error:  # any compiler failure: run uncompiled
-                if not self.compiled:
-                    raise
-                warnings.warn(
-                    f"device steps: torch.compile failed ({error!r:.200}); capturing the "
-                    "uncompiled update",
-                    RuntimeWarning,
-                    stacklevel=4,
-                )
-                self.compiled, update = False, self.update
-                self._run_eagerly(update)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        return update
-
-    def _run_eagerly(self, update: Any) -> None:
-        for _ in range(3):
-            self.counter.zero_()
-            update()
 
     def _state(self) -> list[torch.Tensor]:
         """What an update changes, besides the block's outputs."""
