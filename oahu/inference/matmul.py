@@ -239,8 +239,13 @@ class MatmulIndex(GalleryIndex):
         padded with −1."""
         bfloat16 = self.bfloat16 and block.shape[1] <= BFLOAT16_QUERIES
         roundoff = BFLOAT16_ROUNDOFF if bfloat16 else 0.0
+        query_norms = torch.linalg.vector_norm(block.double(), dim=-1) * (1 + 1e-6)  # (D, Q)
+        # |partial| ≤ max b + |a|·|q|·max|g|: where that bound is finite in float32 so is every
+        # partial distance of the query, and nothing needs checking (the usual case)
+        bound = self._bias_max + abs(self._scale) * query_norms * self._gallery_norm
+        unbounded = ~(bound <= torch.finfo(torch.float32).max)  # NaN included
         gaps = certified_gap(  # (D, Q), every depth at once
-            torch.linalg.vector_norm(block.double(), dim=-1) * (1 + 1e-6),
+            query_norms,
             self._gallery_norm,
             self._bias_max,
             self._scale,
@@ -251,7 +256,8 @@ class MatmulIndex(GalleryIndex):
         shortlists, bands = [], []
         for depth in range(self.n_depths):
             partial = self._partial_distances(block[depth], depth, bfloat16)
-            self._bound_non_finite(partial)
+            if bool(unbounded[depth].any()):
+                self._bound_non_finite(partial, torch.nonzero(unbounded[depth]).view(-1))
             columns, uncertified = certified_shortlist(partial, found, gaps[depth], self.n_items)
             shortlists.append(columns)
             bands.append(
@@ -271,22 +277,17 @@ class MatmulIndex(GalleryIndex):
         )
         return stacked, bands, padded
 
-    def _bound_non_finite(self, partial: torch.Tensor) -> None:
-        """Make every real column of ``partial`` (Q, padded columns) rank before the padding,
-        in place: a query with infinite or NaN features, or one whose product overflows, has
-        non-finite partial distances, NaN ranks after +inf and +inf ties with the padding, and
-        a shortlist reaching into the padding would name items that do not exist. Such rows'
-        real columns are clamped to ±(largest float32) and their padding set back to +inf; the
-        certificate then fails for them and they are measured against their band (every item
-        where nothing bounds the band)."""
-        real = partial[:, : self.n_items]
-        finite = torch.isfinite(real).all(dim=1)
-        if bool(finite.all()):
-            return
-        rows = torch.nonzero(~finite).view(-1)
+    def _bound_non_finite(self, partial: torch.Tensor, rows: torch.Tensor) -> None:
+        """Make every real column of ``partial`` (Q, padded columns) rank before the padding
+        in ``rows``, in place: a query with infinite or NaN features, or one whose product
+        overflows, has non-finite partial distances, NaN ranks after +inf and +inf ties with
+        the padding, and a shortlist reaching into the padding would name items that do not
+        exist. Those rows' real columns are clamped to ±(largest float32) and their padding
+        set back to +inf; the certificate then fails for them and they are measured against
+        their band (every item where nothing bounds the band)."""
         largest = torch.finfo(partial.dtype).max
         partial[rows, : self.n_items] = torch.nan_to_num(
-            real[rows], nan=largest, posinf=largest, neginf=-largest
+            partial[rows, : self.n_items], nan=largest, posinf=largest, neginf=-largest
         )
         partial[rows, self.n_items :] = float("inf")
 
