@@ -331,8 +331,8 @@ class MatmulIndex(GalleryIndex):
         kth = torch.kthvalue(partial, k).values
         band = torch.nonzero(partial <= kth + gap).view(-1)
         if len(band) < k:
-            # a query whose partial distances are not finite (NaN or infinite features) bounds
-            # nothing: it is measured against every item, as the rows decide
+            # a query with NaN features has a NaN gap (its partial distances were clamped by
+            # _bound_non_finite) and bounds nothing: it is measured against every item
             return torch.arange(len(partial), device=partial.device)
         return band
 

@@ -45,6 +45,7 @@ from oahu.learners.oahu.hedge import hedge_update
 from oahu.learners.oahu.host_transfers import HostBuffers, InFlight
 from oahu.learners.oahu.item_keys import row_keys
 from oahu.learners.oahu.loss import constraint_distances, embedding_gradient
+from oahu.learners.oahu.replay_memory import last_write_of_each_slot
 from oahu.learners.oahu.update import StepResult
 from oahu.learners.oahu.update_graphs import UPDATES_PER_GRAPH, UpdateGraphs
 
@@ -354,7 +355,7 @@ class DeviceResidentSteps:
         insert = np.minimum(replay.draw_slots(n, self._held, self._seen), self.capacity)
         slots = np.full((k, b), self.capacity, np.int64)
         slots[update, place] = (
-            insert if b == 1 else _last_of_each_slot(insert, update, self.capacity)
+            insert if b == 1 else last_write_of_each_slot(insert, update, self.capacity)
         )
         learned = self._scheduled + firsts
         rates = np.array([step.step_size(t) for t in learned.tolist()])
@@ -488,21 +489,6 @@ class _Block(NamedTuple):
 def _graph_id(graph: Any) -> tuple[int, int]:
     """Which constraint graph, in which restored state: a copy of another is stale."""
     return id(graph), graph.restores
-
-
-def _last_of_each_slot(insert: np.ndarray, update: np.ndarray, spare: int) -> np.ndarray:
-    """The reservoir slots of a block's new triplets, with every write but the last of one
-    update to one slot sent to the ``spare`` row: the rows of an update are written at once,
-    where the order of duplicate writes is not defined, and Algorithm R keeps the later one.
-
-    >>> _last_of_each_slot(np.array([3, 3, 5, 3]), np.array([0, 0, 0, 1]), spare=9).tolist()
-    [9, 3, 5, 3]
-    """
-    pairs = np.stack([update, insert], 1)[::-1]
-    _, last_from_end = np.unique(pairs, axis=0, return_index=True)
-    keep = np.zeros(len(insert), bool)
-    keep[len(insert) - 1 - last_from_end] = True
-    return np.where(keep | (insert >= spare), insert, spare)
 
 
 def _finite_or_zero(cache: Any, items: torch.Tensor) -> Any:

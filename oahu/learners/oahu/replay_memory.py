@@ -16,6 +16,8 @@ import torch
 
 from oahu.checks import check_int
 
+__all__ = ["ReplayReservoir", "last_write_of_each_slot"]
+
 
 class ReplayReservoir:
     """A uniform sample of at most ``capacity`` of the constraints added so far, each kept as
@@ -119,3 +121,20 @@ class ReplayReservoir:
         self.rows[: self.size] = rows
         self.revision += 1
         self.seen = int(state["seen"])
+
+
+def last_write_of_each_slot(slots: np.ndarray, groups: np.ndarray, spare: int) -> np.ndarray:
+    """Reservoir ``slots`` (drawn by :meth:`ReplayReservoir.draw_slots`) of constraints written
+    a group at a time (``groups``: each one's group, in stream order), with every write but the
+    last of one group to one slot sent to the ``spare`` row. Algorithm R keeps the later of two
+    constraints drawn into one slot; a device writes a group's rows at once (the rows of one
+    update), where the order of duplicate writes is not defined.
+
+    >>> last_write_of_each_slot(np.array([3, 3, 5, 3]), np.array([0, 0, 0, 1]), spare=9).tolist()
+    [9, 3, 5, 3]
+    """
+    pairs = np.stack([groups, slots], 1)[::-1]
+    _, last_from_end = np.unique(pairs, axis=0, return_index=True)
+    keep = np.zeros(len(slots), bool)
+    keep[len(slots) - 1 - last_from_end] = True
+    return np.where(keep | (slots >= spare), slots, spare)
