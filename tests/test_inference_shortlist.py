@@ -17,8 +17,13 @@ from oahu.inference.shortlist import (
     BFLOAT16_ROUNDOFF,
     FLOAT32_ROUNDOFF,
     SHORTLIST_MARGINS,
+    at_most_float32,
+    band_gap,
     certified_gap,
     certified_shortlist,
+    count_at_most,
+    float64_product_error,
+    product_error,
 )
 
 U = FLOAT32_ROUNDOFF
@@ -140,13 +145,16 @@ def test_padding_columns_are_never_shortlisted_and_a_whole_gallery_is_certified(
     assert sorted(columns[0].tolist()) == [0, 1, 2, 3, 4] and uncertified.tolist() == []
 
 
-def crowded_gallery(seed: int, n_items: int = 3000, crowd: int = 300, dim: int = 32):
-    """Unit rows, ``crowd`` of them within ~1e-3 of one direction: a query along it has hundreds
-    of items inside a bfloat16 product's rounding of its nearest; a second depth has none."""
+def crowded_gallery(
+    seed: int, n_items: int = 3000, crowd: int = 300, dim: int = 32, spread: float = 1e-3
+):
+    """Unit rows, ``crowd`` of them within ~``spread`` of one direction: a query along it has
+    hundreds of items inside a bfloat16 product's rounding of its nearest (at a spread of 1e-6,
+    inside a float32 one's and its rescoring's); a second depth has none."""
     rng = np.random.default_rng(seed)
     gallery = rng.normal(size=(2, n_items, dim))
     centre = rng.normal(size=dim)
-    gallery[0, :crowd] = centre + 1e-3 * rng.normal(size=(crowd, dim)) * np.linalg.norm(centre)
+    gallery[0, :crowd] = centre + spread * rng.normal(size=(crowd, dim)) * np.linalg.norm(centre)
     gallery /= np.linalg.norm(gallery, axis=-1, keepdims=True)
     queries = rng.normal(size=(2, 6, dim))
     queries[0, :3] = centre + 1e-4 * rng.normal(size=(3, dim))
@@ -161,9 +169,7 @@ def brute_force_order(gallery: np.ndarray, queries: np.ndarray, k: int) -> np.nd
 
 
 @pytest.mark.parametrize("rows_per_chunk", [matmul.ROWS_PER_CHUNK, 7])
-def test_a_query_no_shortlist_certifies_is_measured_against_its_band(
-    monkeypatch, rows_per_chunk
-):
+def test_a_query_no_shortlist_certifies_is_measured_against_its_band(monkeypatch, rows_per_chunk):
     monkeypatch.setattr(matmul, "ROWS_PER_CHUNK", rows_per_chunk)  # 7: many chunks to merge
     gallery, queries = crowded_gallery(3)
     index = MatmulIndex(gallery, bfloat16=True)
@@ -197,7 +203,156 @@ def test_a_band_holds_the_nearest_and_is_a_fraction_of_a_crowded_gallery(bfloat1
         positions = band.tolist()
         assert positions == sorted(set(positions))
         assert set(truth[0, i].tolist()) <= set(positions)
-        assert 5 + 128 < len(positions) < gallery.shape[1] / 2  # wider than any shortlist
+        assert 5 < len(positions) < gallery.shape[1] / 2
+
+
+def test_a_band_is_what_its_tighter_gap_keeps_of_what_a_shortlist_certificate_would():
+    """The band's gap bounds the rescoring relative to the k-th squared distance, not by the
+    largest one any query could have: it keeps every column within it of the k-th partial
+    distance and nothing further, a subset of what the shortlists' gap would keep."""
+    gallery, queries = crowded_gallery(4, crowd=600)
+    index = MatmulIndex(gallery)
+    block = torch.from_numpy(queries)
+    _, bands, _ = index._shortlists(block, 5)
+    norms = torch.linalg.vector_norm(block.double(), dim=-1) * (1 + 1e-6)
+    partial = index._partial_distances(block[0], 0, False)[:, : index.n_items]
+    for i, band in bands[0]:
+        kth = partial[i].sort().values[4]
+        error = product_error(
+            norms[0, i : i + 1], index._gallery_norm[0], index._bias_max[0], -2.0, index.dim
+        )
+        gap = band_gap(kth[None], error, norms[0, i : i + 1], index._gallery_norm[0], -2.0, 32)
+        within = torch.nonzero(partial[i].double() <= kth.double() + gap).view(-1)
+        assert band.tolist() == within.tolist()
+        loose = certified_gap(
+            norms[0, i : i + 1], index._gallery_norm[0], index._bias_max[0], -2.0, index.dim
+        )
+        assert float(gap) < float(loose)
+        wider = torch.nonzero(partial[i].double() <= kth.double() + loose.double()).view(-1)
+        assert set(band.tolist()) <= set(wider.tolist())
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("spread", [1e-3, 1e-6])
+def test_a_wide_band_drawn_again_in_float64_is_narrower_and_answers_the_same(
+    monkeypatch, metric, spread
+):
+    """Past REFINE_BAND items a band is drawn again from float64 partial distances: narrower,
+    still holding the search's nearest, and the answer is the same to the bit, also where the
+    crowd's distances lie within the float32 rescoring's rounding of each other (spread 1e-6),
+    which the float64 band's gap must leave in."""
+    gallery, queries = crowded_gallery(4, crowd=600, spread=spread)
+    monkeypatch.setattr(matmul, "REFINE_BAND", 10**9)
+    index = MatmulIndex(gallery, metric=metric)
+    reference = index.search(queries, 5)
+    _, wide, _ = index._shortlists(torch.from_numpy(queries), 5)
+    monkeypatch.setattr(matmul, "REFINE_BAND", 8)
+    dissim, pos = index.search(queries, 5)
+    np.testing.assert_array_equal(dissim, reference[0])
+    np.testing.assert_array_equal(pos, reference[1])
+    _, refined, _ = index._shortlists(torch.from_numpy(queries), 5)
+    assert [i for i, _ in refined[0]] == [i for i, _ in wide[0]] == [0, 1, 2]
+    for (i, narrow), (_, band) in zip(refined[0], wide[0], strict=True):
+        assert set(narrow.tolist()) <= set(band.tolist())
+        assert set(reference[1][0, i].tolist()) <= set(narrow.tolist())
+        # narrower, unless the crowd's inner products lie within the rescoring's rounding
+        assert len(narrow) < len(band) or (metric == "ip" and spread < 1e-4)
+    if metric == "l2" and spread > 1e-4:  # beyond rounding: the float64 brute force's order
+        np.testing.assert_array_equal(pos, brute_force_order(gallery, queries, 5))
+
+
+def test_a_refined_band_keeps_what_the_float32_rescoring_cannot_order(monkeypatch):
+    """600 items at distance 1 from the query, up to the rounding of their float32 rows: their
+    float32 distances rank them by rounding, not by their float64 order, and the float64 band
+    must keep every item the rescoring may put first, not only the float64 nearest."""
+    rng = np.random.default_rng(11)
+    query = rng.normal(size=32)
+    directions = rng.normal(size=(600, 32))
+    sphere = query + directions / np.linalg.norm(directions, axis=1, keepdims=True)
+    far = 10.0 + 3.0 * rng.normal(size=(2400, 32))
+    gallery = np.concatenate([sphere, far])[None].astype(np.float32)
+    queries = query[None, None].astype(np.float32)
+    index = MatmulIndex(gallery)
+    monkeypatch.setattr(matmul, "REFINE_BAND", 10**9)
+    reference = index.search(queries, 5)
+    monkeypatch.setattr(matmul, "REFINE_BAND", 8)
+    dissim, pos = index.search(queries, 5)
+    np.testing.assert_array_equal(dissim, reference[0])
+    np.testing.assert_array_equal(pos, reference[1])
+    # the float64 order is another: a band of the float64 nearest alone would answer it
+    assert not np.array_equal(pos, brute_force_order(gallery, queries, 5))
+
+
+def test_the_band_gap_by_hand():
+    # E = 0.01, |q| = 3, max|g| = 2, n = 2: Euclidean, the 5th partial distance −8 is a squared
+    # distance of at most −8 + 0.01 + 9 = 1.01; the rescoring's slack is ρ·1.01 with
+    # ρ = (1 + γ_4)(1 + u)² / ((1 − u)²(1 − γ_4)) − 1 (the square root may round two apart
+    # values to a tie)
+    gamma4 = 4 * U / (1 - 4 * U)
+    rho = (1 + gamma4) * (1 + U) ** 2 / ((1 - U) ** 2 * (1 - gamma4)) - 1
+    assert rho == pytest.approx(2 * gamma4 + 4 * U, rel=1e-6)
+    error, norms = torch.tensor([0.01], dtype=torch.float64), torch.tensor([3.0])
+    got = band_gap(torch.tensor([-8.0]), error, norms, 2.0, -2.0, 2)
+    assert float(got) == pytest.approx(0.02 + rho * 1.01, rel=1e-12)
+    # a k-th partial distance below −|q|² − E (a rounding artefact) is a squared distance of 0
+    assert float(band_gap(torch.tensor([-10.0]), error, norms, 2.0, -2.0, 2)) == 0.02
+    # the inner product: each of the n products and the sum round, 2·γ_2·|q|·max|g|
+    gamma2 = 2 * U / (1 - 2 * U)
+    got = band_gap(torch.tensor([-8.0]), error, norms, 2.0, -1.0, 2)
+    assert float(got) == pytest.approx(0.02 + 2 * gamma2 * 6, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    dim=st.sampled_from([1, 3, 16, 200]),
+    log_scale=st.floats(-3.0, 3.0),
+    metric=st.sampled_from(["l2", "ip"]),
+)
+def test_every_float64_partial_distance_is_within_its_bound(seed, dim, log_scale, metric):
+    """The float64 partial distances of a band's refinement, against extended precision."""
+    rng = np.random.default_rng(seed)
+    gallery = (rng.normal(size=(1, 200, dim)) * 10.0**log_scale).astype(np.float32)
+    queries = (rng.normal(size=(1, 4, dim)) * 10.0**log_scale).astype(np.float32)
+    index = MatmulIndex(gallery, metric=metric)
+    q = torch.from_numpy(queries[0]).double()
+    g = index._rows[0].double()
+    bias = (g * g).sum(1) if metric == "l2" else torch.zeros(len(g), dtype=torch.float64)
+    got = bias[None, :] + index._scale * (q @ g.T)
+    gl, ql = gallery[0].astype(np.longdouble), queries[0].astype(np.longdouble)
+    exact_bias = (gl * gl).sum(1) if metric == "l2" else np.zeros(len(gl), np.longdouble)
+    exact = exact_bias[None, :] + np.longdouble(index._scale) * (ql @ gl.T)
+    norms = torch.linalg.vector_norm(q, dim=-1) * (1 + 1e-6)
+    bound = float64_product_error(
+        norms, index._gallery_norm[0], index._bias_max[0], index._scale, dim
+    ).numpy()
+    assert (np.abs(got.numpy().astype(np.longdouble) - exact) <= bound[:, None]).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.floats(allow_nan=False, allow_infinity=False, width=64))
+def test_at_most_float32_is_the_largest_float32_not_above(bound):
+    got = at_most_float32(torch.tensor([bound], dtype=torch.float64))
+    assert float(got) <= bound or (abs(bound) > float(np.finfo(np.float32).max))
+    with np.errstate(over="ignore"):  # past the largest float32 lies inf
+        above = np.nextafter(np.float32(got.item()), np.float32(np.inf))
+    assert float(above) > bound or np.isinf(above)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(
+        st.lists(st.floats(width=32, allow_nan=False), min_size=5, max_size=5),
+        min_size=1,
+        max_size=4,
+    ),
+    bound=st.floats(width=32),
+)
+def test_count_at_most_counts_as_python_does(values, bound):
+    rows = torch.tensor(values, dtype=torch.float32)
+    bounds = torch.full((len(values),), bound, dtype=torch.float32)
+    expected = [sum(v <= bound for v in row) for row in values]
+    assert count_at_most(rows, bounds).tolist() == expected
 
 
 @pytest.mark.parametrize("metric", ["l2", "ip"])
@@ -237,11 +392,21 @@ def test_bfloat16_is_off_by_default_and_a_bad_setting_is_refused():
 
 
 def test_a_query_with_non_finite_values_is_measured_against_every_item():
-    """Its partial distances bound nothing, so its band is the whole gallery, never empty."""
-    band = MatmulIndex._band(torch.full((300,), float("nan")), 5, torch.tensor(1e-6))
-    assert band.tolist() == list(range(300))
-    finite = MatmulIndex._band(torch.arange(300.0), 5, torch.tensor(1.5))
-    assert finite.tolist() == [0, 1, 2, 3, 4, 5]
+    """Its partial distances bound nothing (a NaN norm makes a NaN gap), so its band is the
+    whole gallery, never empty; a finite query's band beside it is its own."""
+    rng = np.random.default_rng(5)
+    gallery = rng.normal(size=(1, 300, 4)).astype(np.float32)
+    gallery /= np.linalg.norm(gallery, axis=-1, keepdims=True)
+    index = MatmulIndex(gallery)
+    partial = torch.full((2, 512), float("inf"))
+    partial[0, :300] = torch.finfo(torch.float32).max  # as _bound_non_finite leaves it
+    partial[1, :300] = torch.arange(300.0)
+    norms = torch.tensor([float("nan"), 1.0], dtype=torch.float64)
+    queries = torch.zeros((2, 4))
+    bands = index._bands(queries, partial, torch.tensor([0, 1]), 5, 0, norms, 0.0)
+    assert [i for i, _ in bands] == [0, 1]
+    assert bands[0][1].tolist() == list(range(300))
+    assert bands[1][1].tolist() == [0, 1, 2, 3, 4]  # 5 apart by 1, far beyond the gap
 
 
 # numpy says so when it multiplies an infinite query or overflows

@@ -22,13 +22,15 @@ row, whose order depends only on the dimension), and sorted by (distance, positi
 shortlist is *certified* (:mod:`oahu.inference.shortlist`): from a bound on the product's
 rounding, it is widened until it provably holds every column that can be among the k nearest,
 and a query no width certifies (many items within rounding of its k-th) is measured against
-its band, every column whose partial distance is within the certificate's gap of its k-th. So a
-query gets the answer of measuring every row, whatever the kernel, library, precision or batch
-of the product. The distances are also more accurate for it: |q − g|² directly instead of
-|q|² + |g|² − 2q·g, which loses digits when q is near g. Side by side with the product's own
-distances, on a 35,000-item gallery of three depths of 200 on one thread, a search took 1-4%
-longer for one to four queries, a tenth less for 16 (the old path squared each depth's queries
-apart) and 9% longer for an evaluation's block of 1,024.
+its band, every column whose partial distance is within a gap of its k-th that the k-th itself
+bounds; where that band is wide (a collapsed metric's can be half the gallery) it is drawn
+again from partial distances computed in float64, which leave only the items the rescoring
+cannot order. So a query gets the answer of measuring every row, whatever the kernel,
+library, precision or batch of the product. The distances are also more accurate for it:
+|q − g|² directly instead of |q|² + |g|² − 2q·g, which loses digits when q is near g. Side by
+side with the product's own distances, on a 35,000-item gallery of three depths of 200 on one
+thread, a search took 1-4% longer for one to four queries, a tenth less for 16 (the old path
+squared each depth's queries apart) and 9% longer for an evaluation's block of 1,024.
 
 Since the product only ranks, it may be rounded: with ``bfloat16=True``, blocks of a few
 queries multiply a bfloat16 copy of the gallery (torch's oneDNN, in hardware on CPUs with
@@ -78,8 +80,14 @@ from oahu.inference.shortlist import (
     BFLOAT16_ROUNDOFF,
     BLOCK,
     SHORTLIST_MARGINS,
+    at_most_float32,
+    band_gap,
     certified_gap,
     certified_shortlist,
+    count_at_most,
+    float64_product_error,
+    product_error,
+    smallest_k,
 )
 from oahu.learner import MetricKind
 
@@ -111,6 +119,15 @@ ROWS_PER_CHUNK = 1 << 16
 # EPYC with AVX-512: 4.0 against 6.0 ms for 64 queries, 24 against 22 ms for 256, 123 against
 # 68 ms for 1,024, one depth of 35,000 x 200).
 BFLOAT16_QUERIES = 64
+# Uncertified queries whose bands are drawn at once: a (BAND_ROWS, n_items) slice of the
+# partial distances and its mask.
+BAND_ROWS = 64
+# A band of more items than this is drawn again from float64 partial distances
+# (MatmulIndex._float64_bands), which costs one float64 product with the whole gallery instead
+# of measuring the band's rows one query at a time.
+REFINE_BAND = 1024
+# ... at most this many float64 scores at once (128 MB).
+FLOAT64_SCORES = 1 << 24
 
 
 CpuProducts = Literal["auto", "torch", "numpy"]
@@ -235,7 +252,7 @@ class MatmulIndex(GalleryIndex):
         """Certified shortlists of each query of ``block`` (D, Q, dim) at every depth
         (:func:`~oahu.inference.shortlist.certified_shortlist`): the columns (D, Q, m), −1 where
         a query's shortlist is narrower than the widest; per depth, each query no shortlist
-        certified with its band (:meth:`_band`), to measure whole; and whether any shortlist is
+        certified with its band (:meth:`_bands`), to measure whole; and whether any shortlist is
         padded with −1."""
         bfloat16 = self.bfloat16 and block.shape[1] <= BFLOAT16_QUERIES
         roundoff = BFLOAT16_ROUNDOFF if bfloat16 else 0.0
@@ -261,10 +278,9 @@ class MatmulIndex(GalleryIndex):
             columns, uncertified = certified_shortlist(partial, found, gaps[depth], self.n_items)
             shortlists.append(columns)
             bands.append(
-                [
-                    (i, self._band(partial[i, : self.n_items], found, gaps[depth, i]))
-                    for i in uncertified.tolist()
-                ]
+                self._bands(
+                    block[depth], partial, uncertified, found, depth, query_norms[depth], roundoff
+                )
             )
         width = max(s.shape[1] for s in shortlists)
         # rows certified by a narrower shortlist than the widest tried carry −1s
@@ -305,6 +321,19 @@ class MatmulIndex(GalleryIndex):
         query's result does not depend on the other queries, ascending with exact ties in
         position order, and the positions. All depths at once: a search of one query is a
         handful of small operations, not a handful per depth."""
+        dissim = self._dissimilarities(queries, shortlist, depths, padded)
+        # by position first, then a stable sort by dissimilarity: ties keep position order
+        positions, by_position = shortlist.sort(dim=-1)
+        dissim, order = dissim.gather(-1, by_position).sort(dim=-1, stable=True)
+        return dissim[..., :k], positions.gather(-1, order)[..., :k]
+
+    def _dissimilarities(
+        self, queries: torch.Tensor, shortlist: torch.Tensor, depths: torch.Tensor, padded: bool
+    ) -> torch.Tensor:
+        """The dissimilarity (D', Q, m) of each query of ``queries`` (D', Q, dim) to each
+        column of its ``shortlist`` (D', Q, m; −1: none, +inf, only where ``padded``) at
+        ``depths``: an element-wise difference and a sum over each row, whose order depends only
+        on the dimension, so that it is the same whatever is measured beside it."""
         n_depths, n_queries, m = shortlist.shape
         first_row = depths[:, None, None] * self.n_items
         at = ((shortlist.clamp(min=0) if padded else shortlist) + first_row).view(-1)
@@ -316,30 +345,104 @@ class MatmulIndex(GalleryIndex):
             dissim = (rows * queries[:, :, None, :]).sum(-1).neg_()
         if padded:
             dissim.masked_fill_(shortlist < 0, float("inf"))
-        # by position first, then a stable sort by dissimilarity: ties keep position order
-        positions, by_position = shortlist.sort(dim=-1)
-        dissim, order = dissim.gather(-1, by_position).sort(dim=-1, stable=True)
-        return dissim[..., :k], positions.gather(-1, order)[..., :k]
+        return dissim
 
-    @staticmethod
-    def _band(partial: torch.Tensor, k: int, gap: torch.Tensor) -> torch.Tensor:
-        """The gallery positions (ascending) whose partial distance is within ``gap`` of the
-        ``k``-th smallest of ``partial`` (n_items,): by the certificate's own argument
-        (:mod:`oahu.inference.shortlist`) a column further out cannot be among the k nearest, so
-        the band holds them, ties included, whatever the product's rounding."""
-        partial = partial.double()
-        kth = torch.kthvalue(partial, k).values
-        band = torch.nonzero(partial <= kth + gap).view(-1)
-        if len(band) < k:
-            # a query with NaN features has a NaN gap (its partial distances were clamped by
-            # _bound_non_finite) and bounds nothing: it is measured against every item
-            return torch.arange(len(partial), device=partial.device)
-        return band
+    def _bands(
+        self,
+        queries: torch.Tensor,
+        partial: torch.Tensor,
+        uncertified: torch.Tensor,
+        found: int,
+        depth: int,
+        query_norms: torch.Tensor,
+        roundoff: float,
+    ) -> list[tuple[int, torch.Tensor]]:
+        """Each query of ``uncertified`` (rows of ``partial``, of ``queries`` (Q, dim) at
+        ``depth``) with its band: the gallery positions (ascending) whose partial distance is
+        within :func:`~oahu.inference.shortlist.band_gap` of its ``found``-th smallest. By the
+        certificate's own argument (:mod:`oahu.inference.shortlist`) a column further out cannot
+        be among the nearest, so the band holds them, ties included, whatever the product's
+        rounding. A band wider than :data:`REFINE_BAND` (a collapsed head's can be half the
+        gallery) is drawn again from partial distances computed in float64
+        (:meth:`_float64_bands`), whose far smaller error leaves only the items the float32
+        rescoring itself cannot tell apart."""
+        bands: list[tuple[int, torch.Tensor]] = []
+        refine: list[int] = []
+        for start in range(0, len(uncertified), BAND_ROWS):
+            rows = uncertified[start : start + BAND_ROWS]
+            # smallest_k over the padded rows: torch.kthvalue took 5x as long
+            kth = smallest_k(partial[rows], found)[0][:, -1]
+            real = partial[rows, : self.n_items]
+            norms = query_norms[rows]
+            error = product_error(
+                norms,
+                self._gallery_norm[depth],
+                self._bias_max[depth],
+                self._scale,
+                self.dim,
+                roundoff,
+                roundoff,
+            )
+            gap = band_gap(kth, error, norms, self._gallery_norm[depth], self._scale, self.dim)
+            bound = at_most_float32(kth.double() + gap)
+            sizes = count_at_most(real, bound).tolist()
+            for i, row, size in zip(rows.tolist(), range(len(rows)), sizes, strict=True):
+                if size < found:
+                    # a query with NaN features has a NaN gap (its partial distances were
+                    # clamped by _bound_non_finite) and bounds nothing: every item is measured
+                    bands.append((i, torch.arange(self.n_items, device=partial.device)))
+                elif size > REFINE_BAND:
+                    refine.append(i)
+                else:
+                    bands.append((i, torch.nonzero(real[row] <= bound[row]).view(-1)))
+        if refine:
+            at = torch.tensor(refine, device=partial.device)
+            refined = self._float64_bands(queries[at], query_norms[at], found, depth)
+            bands += zip(refine, refined, strict=True)
+        return bands
+
+    def _float64_bands(
+        self, queries: torch.Tensor, query_norms: torch.Tensor, found: int, depth: int
+    ) -> list[torch.Tensor]:
+        """The bands of ``queries`` (R, dim) at ``depth`` from partial distances computed in
+        float64 from the float32 rows: their error (:func:`~oahu.inference.shortlist.
+        float64_product_error`, ~10⁻¹⁴ for unit rows) is far below the float32 product's, so
+        the band keeps only what the float32 rescoring's own rounding may reorder. The gallery
+        is converted a chunk of rows at a time, never copied whole."""
+        q = queries.double()
+        n_padded = self._bias.shape[1]
+        bias = torch.zeros(1, dtype=torch.float64, device=q.device)
+        at_once = max(1, FLOAT64_SCORES // n_padded)
+        bands = []
+        for first in range(0, len(q), at_once):
+            rows = slice(first, first + at_once)
+            partial = torch.full(
+                (len(q[rows]), n_padded), float("inf"), dtype=torch.float64, device=q.device
+            )
+            for start in range(0, self.n_items, ROWS_PER_CHUNK):
+                g = self._rows[depth, start : start + ROWS_PER_CHUNK].double()
+                if self.metric == "l2":
+                    bias = (g * g).sum(1)
+                torch.addmm(
+                    bias, q[rows], g.T, alpha=self._scale, out=partial[:, start : start + len(g)]
+                )
+            kth = smallest_k(partial, found)[0][:, -1]
+            norms = query_norms[rows]
+            error = float64_product_error(
+                norms, self._gallery_norm[depth], self._bias_max[depth], self._scale, self.dim
+            )
+            gap = band_gap(kth, error, norms, self._gallery_norm[depth], self._scale, self.dim)
+            bound = kth + gap
+            bands += [
+                torch.nonzero(partial[row, : self.n_items] <= bound[row]).view(-1)
+                for row in range(len(partial))
+            ]
+        return bands
 
     def _nearest_in_band(
         self, query: torch.Tensor, band: torch.Tensor, depth: int, k: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``k`` nearest of ``band`` (:meth:`_band`) at ``depth`` for one ``query`` (dim,)
+        """The ``k`` nearest of ``band`` (:meth:`_bands`) at ``depth`` for one ``query`` (dim,)
         that no shortlist certified, as :meth:`_nearest_of` measures them: a crowded gallery's
         band (a collapsed head's, a cluster of near-duplicates) can be thousands of items, so it
         is measured a chunk of rows at a time and not copied whole: each chunk's k nearest, then
@@ -347,14 +450,26 @@ class MatmulIndex(GalleryIndex):
         at_depth = torch.tensor([depth], device=self.device)
         found_d, found_p = [], []
         for start in range(0, len(band), ROWS_PER_CHUNK):
-            chunk = band[start : start + ROWS_PER_CHUNK][None, None, :]
-            d, p = self._nearest_of(query[None, None, :], chunk, k, at_depth, padded=False)
-            found_d.append(d)
-            found_p.append(p)
+            chunk = band[start : start + ROWS_PER_CHUNK]
+            dissim = self._dissimilarities(
+                query[None, None, :], chunk[None, None, :], at_depth, False
+            )
+            dissim = dissim.view(-1)
+            if len(chunk) > k:
+                # only what ties or beats the k-th smallest needs sorting, not the whole chunk
+                # (a collapsed head's band is thousands); a NaN k-th keeps all of it
+                kth = torch.topk(dissim, k, largest=False).values[-1]
+                keep = torch.nonzero(dissim <= kth).view(-1)
+                if len(keep) >= k:
+                    dissim, chunk = dissim[keep], chunk[keep]
+            # the band ascends by position, so a stable sort leaves ties in position order
+            dissim, order = dissim.sort(stable=True)
+            found_d.append(dissim[:k])
+            found_p.append(chunk[order[:k]])
         # the chunks' candidates, in position order, ranked again by (dissimilarity, position)
-        dissim, order = torch.cat(found_d, dim=-1).sort(dim=-1, stable=True)
-        positions = torch.cat(found_p, dim=-1).gather(-1, order)
-        return dissim[0, 0, :k], positions[0, 0, :k]
+        dissim, order = torch.cat(found_d).sort(stable=True)
+        positions = torch.cat(found_p)[order]
+        return dissim[:k], positions[:k]
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = self._check_queries(queries, k)
