@@ -439,6 +439,25 @@ class MatmulIndex(GalleryIndex):
             ]
         return bands
 
+    @staticmethod
+    def _shortlist_bands(
+        shortlist: torch.Tensor, bands: list[list[tuple[int, torch.Tensor]]]
+    ) -> list[list[tuple[int, torch.Tensor]]]:
+        """Write each band no wider than ``shortlist`` (D, Q, m) into its query's row (−1 after
+        it), in place, so that it is measured with the certified shortlists in one batch, and
+        return the wider ones, per depth, to be measured a query at a time."""
+        width = shortlist.shape[-1]
+        wide: list[list[tuple[int, torch.Tensor]]] = []
+        for depth, banded in enumerate(bands):
+            wide.append([])
+            for i, band in banded:
+                if len(band) > width:
+                    wide[-1].append((i, band))
+                    continue
+                shortlist[depth, i, : len(band)] = band
+                shortlist[depth, i, len(band) :] = -1
+        return wide
+
     def _nearest_in_band(
         self, query: torch.Tensor, band: torch.Tensor, depth: int, k: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -487,10 +506,13 @@ class MatmulIndex(GalleryIndex):
             rows = slice(start, start + self._query_block)
             block = qt[:, rows]
             shortlist, bands, padded = self._shortlists(block, found)
-            best, columns = self._nearest_of(block, shortlist, found, every_depth, padded)
             # a query no shortlist certified (many items within the product's rounding of its
-            # k-th nearest: a crowded region, a collapsed head) is measured against its band
-            for depth, banded in enumerate(bands):
+            # k-th nearest: a crowded region, a collapsed head) is measured against its band:
+            # with the shortlists where it fits in one, alone where it does not
+            wide = self._shortlist_bands(shortlist, bands)
+            padded = padded or any(bands)
+            best, columns = self._nearest_of(block, shortlist, found, every_depth, padded)
+            for depth, banded in enumerate(wide):
                 for i, band in banded:
                     near = self._nearest_in_band(block[depth, i], band, depth, found)
                     best[depth, i], columns[depth, i] = near
