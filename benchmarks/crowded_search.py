@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # run as a script: its
 from provenance import code_version, cpu_model, machine
 
 import oahu
-from oahu.inference import matmul
+from oahu.inference import band, matmul
 from oahu.inference.matmul import MatmulIndex
 
 RESULTS = Path(__file__).resolve().parent / "results"
 LEARNERS = {"paper": "paper", "default": None}  # label → preset
-WAYS = {"float64": matmul.REFINE_BAND, "float32": 1 << 62}  # way → REFINE_BAND
+WAYS = {"float64": band.REFINE_BAND, "float32": 1 << 62}  # way → REFINE_BAND
 
 
 def band_sizes(index: MatmulIndex, queries: np.ndarray, k: int) -> list[dict[str, Any]]:
@@ -68,14 +68,14 @@ def measure(gallery: np.ndarray, queries: np.ndarray, k: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     answers = []
     for way, refine_band in WAYS.items():
-        matmul.REFINE_BAND = refine_band
+        band.REFINE_BAND = refine_band
         index = MatmulIndex(gallery)
         started = time.perf_counter()
         answers.append(index.search(queries, k))
         seconds = time.perf_counter() - started
         out[way] = {"search_s": seconds, "depths": band_sizes(index, queries, k)}
         print(f"    {way}: {seconds:.2f} s", flush=True)
-    matmul.REFINE_BAND = WAYS["float64"]
+    band.REFINE_BAND = WAYS["float64"]
     (d1, p1), (d2, p2) = answers
     out["same_answers"] = bool(np.array_equal(d1, d2) and np.array_equal(p1, p2))
     return out
@@ -123,7 +123,7 @@ def main() -> None:
         "commit": code_version(),
         "cpu": cpu_model(),
         "machine": machine(),
-        "refine_band": matmul.REFINE_BAND,
+        "refine_band": band.REFINE_BAND,
         "seed": args.seed,
         "runs": runs,
     }

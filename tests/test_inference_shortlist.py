@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oahu.inference import band as band_module
 from oahu.inference import matmul
 from oahu.inference.matmul import MatmulIndex
 from oahu.inference.shortlist import (
@@ -168,9 +169,9 @@ def brute_force_order(gallery: np.ndarray, queries: np.ndarray, k: int) -> np.nd
     return np.argsort(dist, axis=2, kind="stable")[:, :, :k]
 
 
-@pytest.mark.parametrize("rows_per_chunk", [matmul.ROWS_PER_CHUNK, 7])
+@pytest.mark.parametrize("rows_per_chunk", [band_module.ROWS_PER_CHUNK, 7])
 def test_a_query_no_shortlist_certifies_is_measured_against_its_band(monkeypatch, rows_per_chunk):
-    monkeypatch.setattr(matmul, "ROWS_PER_CHUNK", rows_per_chunk)  # 7: many chunks to merge
+    monkeypatch.setattr(band_module, "ROWS_PER_CHUNK", rows_per_chunk)  # 7: many chunks to merge
     gallery, queries = crowded_gallery(3)
     index = MatmulIndex(gallery, bfloat16=True)
     dissim, pos = index.search(queries, 5)
@@ -242,11 +243,11 @@ def test_a_wide_band_drawn_again_in_float64_is_narrower_and_answers_the_same(
     crowd's distances lie within the float32 rescoring's rounding of each other (spread 1e-6),
     which the float64 band's gap must leave in."""
     gallery, queries = crowded_gallery(4, crowd=600, spread=spread)
-    monkeypatch.setattr(matmul, "REFINE_BAND", 10**9)
+    monkeypatch.setattr(band_module, "REFINE_BAND", 10**9)
     index = MatmulIndex(gallery, metric=metric)
     reference = index.search(queries, 5)
     _, wide, _ = index._shortlists(torch.from_numpy(queries), 5)
-    monkeypatch.setattr(matmul, "REFINE_BAND", 8)
+    monkeypatch.setattr(band_module, "REFINE_BAND", 8)
     dissim, pos = index.search(queries, 5)
     np.testing.assert_array_equal(dissim, reference[0])
     np.testing.assert_array_equal(pos, reference[1])
@@ -273,9 +274,9 @@ def test_a_refined_band_keeps_what_the_float32_rescoring_cannot_order(monkeypatc
     gallery = np.concatenate([sphere, far])[None].astype(np.float32)
     queries = query[None, None].astype(np.float32)
     index = MatmulIndex(gallery)
-    monkeypatch.setattr(matmul, "REFINE_BAND", 10**9)
+    monkeypatch.setattr(band_module, "REFINE_BAND", 10**9)
     reference = index.search(queries, 5)
-    monkeypatch.setattr(matmul, "REFINE_BAND", 8)
+    monkeypatch.setattr(band_module, "REFINE_BAND", 8)
     dissim, pos = index.search(queries, 5)
     np.testing.assert_array_equal(dissim, reference[0])
     np.testing.assert_array_equal(pos, reference[1])

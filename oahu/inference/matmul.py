@@ -75,19 +75,14 @@ import torch
 import torch.nn.functional as F
 
 from oahu.checks import check_bool, check_choice
+from oahu.inference.band import CertifiedBands
 from oahu.inference.index import GalleryIndex
 from oahu.inference.shortlist import (
     BFLOAT16_ROUNDOFF,
     BLOCK,
     SHORTLIST_MARGINS,
-    at_most_float32,
-    band_gap,
     certified_gap,
     certified_shortlist,
-    count_at_most,
-    float64_product_error,
-    product_error,
-    smallest_k,
 )
 from oahu.learner import MetricKind
 
@@ -95,7 +90,6 @@ __all__ = [
     "BFLOAT16_QUERIES",
     "CPU_PRODUCTS",
     "QUERY_BLOCK",
-    "ROWS_PER_CHUNK",
     "SCORES_PER_BLOCK",
     "CpuProducts",
     "MatmulIndex",
@@ -109,25 +103,12 @@ QUERY_BLOCK = 1024
 # ... and at most this many scores per product (512 MB of float32), so that a 1,000,000-item
 # gallery takes 134 queries at a time rather than 4 GB per block.
 SCORES_PER_BLOCK = 1 << 27
-# Rows measured at once of a query's band (a query no shortlist certified; a collapsed head's
-# band can be the whole gallery): 52 MB of float32 rows of 200 dimensions, not 800 MB for
-# 1,000,000 items.
-ROWS_PER_CHUNK = 1 << 16
 # Blocks of at most this many queries multiply the bfloat16 copy of the gallery (where there is
 # one); larger ones the float32 gallery. A bfloat16 product writes bfloat16 scores that must be
 # widened, which costs more than the halved gallery saves past ~100 queries (on a 2-core AMD
 # EPYC with AVX-512: 4.0 against 6.0 ms for 64 queries, 24 against 22 ms for 256, 123 against
 # 68 ms for 1,024, one depth of 35,000 x 200).
 BFLOAT16_QUERIES = 64
-# Uncertified queries whose bands are drawn at once: a (BAND_ROWS, n_items) slice of the
-# partial distances and its mask.
-BAND_ROWS = 64
-# A band of more items than this is drawn again from float64 partial distances
-# (MatmulIndex._float64_bands), which costs one float64 product with the whole gallery instead
-# of measuring the band's rows one query at a time.
-REFINE_BAND = 1024
-# ... at most this many float64 scores at once (128 MB).
-FLOAT64_SCORES = 1 << 24
 
 
 CpuProducts = Literal["auto", "torch", "numpy"]
@@ -167,7 +148,7 @@ def products_for(cpuinfo: str, mkl: bool) -> Literal["torch", "numpy"]:
     return "torch" if mkl and vendors == {"GenuineIntel"} else "numpy"
 
 
-class MatmulIndex(GalleryIndex):
+class MatmulIndex(CertifiedBands, GalleryIndex):
     """Exact nearest-neighbour search by matrix products, on ``device`` (a torch device; the
     CPU by default). ``products`` names the library that multiplies float32 on the CPU,
     ``"torch"`` or ``"numpy"``; ``"auto"``, the default, takes :func:`cpu_products`'s choice
@@ -346,149 +327,6 @@ class MatmulIndex(GalleryIndex):
         if padded:
             dissim.masked_fill_(shortlist < 0, float("inf"))
         return dissim
-
-    def _bands(
-        self,
-        queries: torch.Tensor,
-        partial: torch.Tensor,
-        uncertified: torch.Tensor,
-        found: int,
-        depth: int,
-        query_norms: torch.Tensor,
-        roundoff: float,
-    ) -> list[tuple[int, torch.Tensor]]:
-        """Each query of ``uncertified`` (rows of ``partial``, of ``queries`` (Q, dim) at
-        ``depth``) with its band: the gallery positions (ascending) whose partial distance is
-        within :func:`~oahu.inference.shortlist.band_gap` of its ``found``-th smallest. By the
-        certificate's own argument (:mod:`oahu.inference.shortlist`) a column further out cannot
-        be among the nearest, so the band holds them, ties included, whatever the product's
-        rounding. A band wider than :data:`REFINE_BAND` (a collapsed head's can be half the
-        gallery) is drawn again from partial distances computed in float64
-        (:meth:`_float64_bands`), whose far smaller error leaves only the items the float32
-        rescoring itself cannot tell apart."""
-        bands: list[tuple[int, torch.Tensor]] = []
-        refine: list[int] = []
-        for start in range(0, len(uncertified), BAND_ROWS):
-            rows = uncertified[start : start + BAND_ROWS]
-            # smallest_k over the padded rows: torch.kthvalue took 5x as long
-            kth = smallest_k(partial[rows], found)[0][:, -1]
-            real = partial[rows, : self.n_items]
-            norms = query_norms[rows]
-            error = product_error(
-                norms,
-                self._gallery_norm[depth],
-                self._bias_max[depth],
-                self._scale,
-                self.dim,
-                roundoff,
-                roundoff,
-            )
-            gap = band_gap(kth, error, norms, self._gallery_norm[depth], self._scale, self.dim)
-            bound = at_most_float32(kth.double() + gap)
-            sizes = count_at_most(real, bound).tolist()
-            for i, row, size in zip(rows.tolist(), range(len(rows)), sizes, strict=True):
-                if size < found:
-                    # a query with NaN features has a NaN gap (its partial distances were
-                    # clamped by _bound_non_finite) and bounds nothing: every item is measured
-                    bands.append((i, torch.arange(self.n_items, device=partial.device)))
-                elif size > REFINE_BAND:
-                    refine.append(i)
-                else:
-                    bands.append((i, torch.nonzero(real[row] <= bound[row]).view(-1)))
-        if refine:
-            at = torch.tensor(refine, device=partial.device)
-            refined = self._float64_bands(queries[at], query_norms[at], found, depth)
-            bands += zip(refine, refined, strict=True)
-        return bands
-
-    def _float64_bands(
-        self, queries: torch.Tensor, query_norms: torch.Tensor, found: int, depth: int
-    ) -> list[torch.Tensor]:
-        """The bands of ``queries`` (R, dim) at ``depth`` from partial distances computed in
-        float64 from the float32 rows: their error (:func:`~oahu.inference.shortlist.
-        float64_product_error`, ~10⁻¹⁴ for unit rows) is far below the float32 product's, so
-        the band keeps only what the float32 rescoring's own rounding may reorder. The gallery
-        is converted a chunk of rows at a time, never copied whole."""
-        q = queries.double()
-        n_padded = self._bias.shape[1]
-        bias = torch.zeros(1, dtype=torch.float64, device=q.device)
-        at_once = max(1, FLOAT64_SCORES // n_padded)
-        bands = []
-        for first in range(0, len(q), at_once):
-            rows = slice(first, first + at_once)
-            partial = torch.full(
-                (len(q[rows]), n_padded), float("inf"), dtype=torch.float64, device=q.device
-            )
-            for start in range(0, self.n_items, ROWS_PER_CHUNK):
-                g = self._rows[depth, start : start + ROWS_PER_CHUNK].double()
-                if self.metric == "l2":
-                    bias = (g * g).sum(1)
-                torch.addmm(
-                    bias, q[rows], g.T, alpha=self._scale, out=partial[:, start : start + len(g)]
-                )
-            kth = smallest_k(partial, found)[0][:, -1]
-            norms = query_norms[rows]
-            error = float64_product_error(
-                norms, self._gallery_norm[depth], self._bias_max[depth], self._scale, self.dim
-            )
-            gap = band_gap(kth, error, norms, self._gallery_norm[depth], self._scale, self.dim)
-            bound = kth + gap
-            bands += [
-                torch.nonzero(partial[row, : self.n_items] <= bound[row]).view(-1)
-                for row in range(len(partial))
-            ]
-        return bands
-
-    @staticmethod
-    def _shortlist_bands(
-        shortlist: torch.Tensor, bands: list[list[tuple[int, torch.Tensor]]]
-    ) -> list[list[tuple[int, torch.Tensor]]]:
-        """Write each band no wider than ``shortlist`` (D, Q, m) into its query's row (−1 after
-        it), in place, so that it is measured with the certified shortlists in one batch, and
-        return the wider ones, per depth, to be measured a query at a time."""
-        width = shortlist.shape[-1]
-        wide: list[list[tuple[int, torch.Tensor]]] = []
-        for depth, banded in enumerate(bands):
-            wide.append([])
-            for i, band in banded:
-                if len(band) > width:
-                    wide[-1].append((i, band))
-                    continue
-                shortlist[depth, i, : len(band)] = band
-                shortlist[depth, i, len(band) :] = -1
-        return wide
-
-    def _nearest_in_band(
-        self, query: torch.Tensor, band: torch.Tensor, depth: int, k: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The ``k`` nearest of ``band`` (:meth:`_bands`) at ``depth`` for one ``query`` (dim,)
-        that no shortlist certified, as :meth:`_nearest_of` measures them: a crowded gallery's
-        band (a collapsed head's, a cluster of near-duplicates) can be thousands of items, so it
-        is measured a chunk of rows at a time and not copied whole: each chunk's k nearest, then
-        the k nearest of those."""
-        at_depth = torch.tensor([depth], device=self.device)
-        found_d, found_p = [], []
-        for start in range(0, len(band), ROWS_PER_CHUNK):
-            chunk = band[start : start + ROWS_PER_CHUNK]
-            dissim = self._dissimilarities(
-                query[None, None, :], chunk[None, None, :], at_depth, False
-            )
-            dissim = dissim.view(-1)
-            if len(chunk) > k:
-                # only what ties or beats the k-th smallest needs sorting, not the whole chunk
-                # (a collapsed head's band is thousands); a NaN k-th keeps all of it
-                kth = torch.topk(dissim, k, largest=False).values[-1]
-                keep = torch.nonzero(dissim <= kth).view(-1)
-                if len(keep) >= k:
-                    dissim, chunk = dissim[keep], chunk[keep]
-            # the band ascends by position, so a stable sort leaves ties in position order
-            dissim, order = dissim.sort(stable=True)
-            found_d.append(dissim[:k])
-            found_p.append(chunk[order[:k]])
-        # the chunks' candidates, in position order, ranked again by (dissimilarity, position)
-        dissim, order = torch.cat(found_d).sort(stable=True)
-        positions = torch.cat(found_p)[order]
-        return dissim[:k], positions[:k]
 
     def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         q = self._check_queries(queries, k)
