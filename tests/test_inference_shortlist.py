@@ -415,7 +415,7 @@ def test_a_query_with_non_finite_values_is_measured_against_every_item():
 @pytest.mark.filterwarnings("ignore:overflow encountered in matmul:RuntimeWarning")
 @pytest.mark.parametrize("metric", ["l2", "ip"])
 @pytest.mark.parametrize("bad", [float("inf"), float("-inf"), float("nan"), 1e38])
-@pytest.mark.parametrize("n_items", [3, 300])
+@pytest.mark.parametrize("n_items", [3, 300, 3000])  # 3000: past REFINE_BAND
 def test_a_non_finite_query_gets_real_items_and_leaves_its_neighbours_answers_alone(
     metric, bad, n_items
 ):

@@ -118,7 +118,7 @@ class CertifiedBands:
                     # a query with NaN features has a NaN gap (its partial distances were
                     # clamped by _bound_non_finite) and bounds nothing: every item is measured
                     bands.append((i, torch.arange(self.n_items, device=partial.device)))
-                elif size > REFINE_BAND:
+                elif size > REFINE_BAND and bool(norms[row].isfinite()):
                     refine.append(i)
                 else:
                     bands.append((i, torch.nonzero(real[row] <= bound[row]).view(-1)))
@@ -160,10 +160,10 @@ class CertifiedBands:
             )
             gap = band_gap(kth, error, norms, self._gallery_norm[depth], self._scale, self.dim)
             bound = kth + gap
-            bands += [
-                torch.nonzero(partial[row, : self.n_items] <= bound[row]).view(-1)
-                for row in range(len(partial))
-            ]
+            for row in range(len(partial)):
+                band = torch.nonzero(partial[row, : self.n_items] <= bound[row]).view(-1)
+                # an overflowing product (a query of huge finite features) bounds nothing
+                bands.append(band if len(band) >= found else torch.arange(self.n_items))
         return bands
 
     @staticmethod
