@@ -442,3 +442,19 @@ def test_a_non_finite_query_gets_real_items_and_leaves_its_neighbours_answers_al
     else:
         truth = np.argsort(-np.einsum("dnk,dk->dn", g, q), axis=1, kind="stable")[:, :found]
     np.testing.assert_array_equal(pos[:, 1, :found], truth)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(),
+    reason="no CUDA device here; the CPU tests above run the same band code on device 'cpu'",
+)
+@pytest.mark.parametrize("refine_band", [8, 10**9])
+def test_cuda_measures_a_crowded_query_against_its_band_as_the_cpu_does(monkeypatch, refine_band):
+    """Bands drawn on the GPU, from float32 and (past REFINE_BAND) float64 partial distances,
+    hold the crowd's nearest: the float64 brute force's order, as on the CPU."""
+    monkeypatch.setattr(band_module, "REFINE_BAND", refine_band)
+    gallery, queries = crowded_gallery(4, crowd=600)
+    on_gpu = MatmulIndex(gallery, device="cuda").search(queries, 5)
+    on_cpu = MatmulIndex(gallery, device="cpu").search(queries, 5)
+    np.testing.assert_array_equal(on_gpu[1], brute_force_order(gallery, queries, 5))
+    np.testing.assert_array_equal(on_gpu[1], on_cpu[1])

@@ -163,7 +163,9 @@ class CertifiedBands:
             for row in range(len(partial)):
                 band = torch.nonzero(partial[row, : self.n_items] <= bound[row]).view(-1)
                 # an overflowing product (a query of huge finite features) bounds nothing
-                bands.append(band if len(band) >= found else torch.arange(self.n_items))
+                bands.append(
+                    band if len(band) >= found else torch.arange(self.n_items, device=q.device)
+                )
         return bands
 
     @staticmethod

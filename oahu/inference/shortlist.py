@@ -222,9 +222,8 @@ def at_most_float32(bound: torch.Tensor) -> torch.Tensor:
     True
     """
     rounded = bound.float()
-    return torch.where(
-        rounded.double() > bound, torch.nextafter(rounded, torch.tensor(-float("inf"))), rounded
-    )
+    below = torch.nextafter(rounded, torch.full_like(rounded, -float("inf")))
+    return torch.where(rounded.double() > bound, below, rounded)
 
 
 def count_at_most(values: torch.Tensor, bounds: torch.Tensor) -> torch.Tensor:
