@@ -67,15 +67,18 @@ def measure(gallery: np.ndarray, queries: np.ndarray, k: int) -> dict[str, Any]:
     """Seconds of one search of every query, and the bands, with each way of drawing them."""
     out: dict[str, Any] = {}
     answers = []
-    for way, refine_band in WAYS.items():
-        band.REFINE_BAND = refine_band
-        index = MatmulIndex(gallery)
-        started = time.perf_counter()
-        answers.append(index.search(queries, k))
-        seconds = time.perf_counter() - started
-        out[way] = {"search_s": seconds, "depths": band_sizes(index, queries, k)}
-        print(f"    {way}: {seconds:.2f} s", flush=True)
-    band.REFINE_BAND = WAYS["float64"]
+    own = band.REFINE_BAND
+    try:
+        for way, refine_band in WAYS.items():
+            band.REFINE_BAND = refine_band
+            index = MatmulIndex(gallery)
+            started = time.perf_counter()
+            answers.append(index.search(queries, k))
+            seconds = time.perf_counter() - started
+            out[way] = {"search_s": seconds, "depths": band_sizes(index, queries, k)}
+            print(f"    {way}: {seconds:.2f} s", flush=True)
+    finally:
+        band.REFINE_BAND = own  # the index's own, whatever a way set
     (d1, p1), (d2, p2) = answers
     out["same_answers"] = bool(np.array_equal(d1, d2) and np.array_equal(p1, p2))
     return out
