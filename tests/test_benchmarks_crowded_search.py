@@ -9,7 +9,7 @@ from benchmarks.crowded_search import WAYS, measure
 from oahu.inference import band
 
 
-def test_both_ways_answer_alike_and_the_float64_bands_are_narrower():
+def test_both_ways_answer_alike_and_the_float64_bands_are_narrower(monkeypatch):
     # 600 of 3,000 unit rows within ~1e-3 of one direction: the queries along it are crowded
     rng = np.random.default_rng(3)
     gallery = rng.normal(size=(2, 3000, 16))
@@ -19,6 +19,7 @@ def test_both_ways_answer_alike_and_the_float64_bands_are_narrower():
     queries = rng.normal(size=(2, 8, 16))
     queries[0, :4] = centre + 1e-4 * rng.normal(size=(4, 16))
     queries /= np.linalg.norm(queries, axis=-1, keepdims=True)
+    monkeypatch.setattr(band, "REFINE_QUERIES", 1)
     own = band.REFINE_BAND
     WAYS["float64"] = 8  # refine every band of more than 8 items
     try:

@@ -248,6 +248,7 @@ def test_a_wide_band_drawn_again_in_float64_is_narrower_and_answers_the_same(
     reference = index.search(queries, 5)
     _, wide, _ = index._shortlists(torch.from_numpy(queries), 5)
     monkeypatch.setattr(band_module, "REFINE_BAND", 8)
+    monkeypatch.setattr(band_module, "REFINE_QUERIES", 1)
     dissim, pos = index.search(queries, 5)
     np.testing.assert_array_equal(dissim, reference[0])
     np.testing.assert_array_equal(pos, reference[1])
@@ -277,6 +278,7 @@ def test_a_refined_band_keeps_what_the_float32_rescoring_cannot_order(monkeypatc
     monkeypatch.setattr(band_module, "REFINE_BAND", 10**9)
     reference = index.search(queries, 5)
     monkeypatch.setattr(band_module, "REFINE_BAND", 8)
+    monkeypatch.setattr(band_module, "REFINE_QUERIES", 1)
     dissim, pos = index.search(queries, 5)
     np.testing.assert_array_equal(dissim, reference[0])
     np.testing.assert_array_equal(pos, reference[1])
@@ -453,6 +455,7 @@ def test_cuda_measures_a_crowded_query_against_its_band_as_the_cpu_does(monkeypa
     """Bands drawn on the GPU, from float32 and (past REFINE_BAND) float64 partial distances,
     hold the crowd's nearest: the float64 brute force's order, as on the CPU."""
     monkeypatch.setattr(band_module, "REFINE_BAND", refine_band)
+    monkeypatch.setattr(band_module, "REFINE_QUERIES", 1)
     gallery, queries = crowded_gallery(4, crowd=600)
     on_gpu = MatmulIndex(gallery, device="cuda").search(queries, 5)
     on_cpu = MatmulIndex(gallery, device="cpu").search(queries, 5)

@@ -19,7 +19,14 @@ from oahu.inference.shortlist import (
 )
 from oahu.learner import MetricKind
 
-__all__ = ["BAND_ROWS", "FLOAT64_SCORES", "REFINE_BAND", "ROWS_PER_CHUNK", "CertifiedBands"]
+__all__ = [
+    "BAND_ROWS",
+    "FLOAT64_SCORES",
+    "REFINE_BAND",
+    "REFINE_QUERIES",
+    "ROWS_PER_CHUNK",
+    "CertifiedBands",
+]
 
 # Rows measured at once of a query's band (a query no shortlist certified; a collapsed head's
 # band can be the whole gallery): 52 MB of float32 rows of 200 dimensions, not 800 MB for
@@ -35,6 +42,10 @@ BAND_ROWS = 64
 # took 17.6 s with it and 21.2 s without (benchmarks/crowded_search.py); 256, 1,024 and 2,048
 # took the same time within noise on 2,048 of those queries.
 REFINE_BAND = 1024
+# ... when at least this many queries of a block and depth have such bands: the float64 pass
+# converts the whole gallery once for all of them, and for a few queries costs more than it
+# saves (one query on the same heads: 67 ms against 6 ms measuring its band).
+REFINE_QUERIES = 64
 # ... at most this many float64 scores at once (128 MB).
 FLOAT64_SCORES = 1 << 24
 
@@ -89,12 +100,13 @@ class CertifiedBands:
         within :func:`~oahu.inference.shortlist.band_gap` of its ``found``-th smallest. By the
         certificate's own argument (:mod:`oahu.inference.shortlist`) a column further out cannot
         be among the nearest, so the band holds them, ties included, whatever the product's
-        rounding. A band wider than :data:`REFINE_BAND` (a collapsed head's can be half the
-        gallery) is drawn again from partial distances computed in float64
-        (:meth:`_float64_bands`), whose far smaller error leaves only the items the float32
+        rounding. Bands wider than :data:`REFINE_BAND` (a collapsed head's can be half the
+        gallery), when at least :data:`REFINE_QUERIES` queries have one, are drawn again from
+        partial distances computed in float64 (:meth:`_float64_bands`), whose far smaller
+        error leaves only the items the float32
         rescoring itself cannot tell apart."""
         bands: list[tuple[int, torch.Tensor]] = []
-        refine: list[int] = []
+        wide: list[tuple[int, torch.Tensor]] = []  # to draw again in float64, if enough
         for start in range(0, len(uncertified), BAND_ROWS):
             rows = uncertified[start : start + BAND_ROWS]
             # smallest_k over the padded rows: torch.kthvalue took 5x as long
@@ -118,15 +130,15 @@ class CertifiedBands:
                     # a query with NaN features has a NaN gap (its partial distances were
                     # clamped by _bound_non_finite) and bounds nothing: every item is measured
                     bands.append((i, torch.arange(self.n_items, device=partial.device)))
-                elif size > REFINE_BAND and bool(norms[row].isfinite()):
-                    refine.append(i)
                 else:
-                    bands.append((i, torch.nonzero(real[row] <= bound[row]).view(-1)))
-        if refine:
-            at = torch.tensor(refine, device=partial.device)
-            refined = self._float64_bands(queries[at], query_norms[at], found, depth)
-            bands += zip(refine, refined, strict=True)
-        return bands
+                    band = torch.nonzero(real[row] <= bound[row]).view(-1)
+                    refinable = size > REFINE_BAND and bool(norms[row].isfinite())
+                    (wide if refinable else bands).append((i, band))
+        if len(wide) < REFINE_QUERIES:  # too few to share a float64 pass over the gallery
+            return bands + wide
+        at = torch.tensor([i for i, _ in wide], device=partial.device)
+        refined = self._float64_bands(queries[at], query_norms[at], found, depth)
+        return bands + list(zip(at.tolist(), refined, strict=True))
 
     def _float64_bands(
         self, queries: torch.Tensor, query_norms: torch.Tensor, found: int, depth: int
