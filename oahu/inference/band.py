@@ -37,10 +37,11 @@ ROWS_PER_CHUNK = 1 << 16
 BAND_ROWS = 64
 # A band of more items than this is drawn again from float64 partial distances
 # (MatmulIndex._float64_bands): one float64 product with the whole gallery per block of such
-# queries, instead of measuring thousands of rows per query. On the paper preset's collapsed
-# heads after 100,000 constraints (8,192 Fashion-MNIST test queries, 2-core AMD EPYC) a search
-# took 17.6 s with it and 21.2 s without (benchmarks/crowded_search.py); 256, 1,024 and 2,048
-# took the same time within noise on 2,048 of those queries.
+# queries, instead of measuring thousands of rows per query. It leaves bands of tens of items
+# where float32 left thousands; what it saves in time is small on a 35,000-item gallery (the
+# paper preset's collapsed heads, 8,192 Fashion-MNIST test queries, 2-core AMD EPYC: 20.1 s
+# against 21.2 s after 100,000 constraints, 14.0 against 13.0 s after 10,000;
+# benchmarks/crowded_search.py); larger galleries, with larger bands, were not measured.
 REFINE_BAND = 1024
 # ... when at least this many queries of a block and depth have such bands: the float64 pass
 # converts the whole gallery once for all of them, and for a few queries costs more than it
