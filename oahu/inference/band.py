@@ -104,8 +104,7 @@ class CertifiedBands:
         rounding. Bands wider than :data:`REFINE_BAND` (a collapsed head's can be half the
         gallery), when at least :data:`REFINE_QUERIES` queries have one, are drawn again from
         partial distances computed in float64 (:meth:`_float64_bands`), whose far smaller
-        error leaves only the items the float32
-        rescoring itself cannot tell apart."""
+        error leaves only the items the float32 rescoring itself cannot tell apart."""
         bands: list[tuple[int, torch.Tensor]] = []
         wide: list[tuple[int, torch.Tensor]] = []  # to draw again in float64, if enough
         for start in range(0, len(uncertified), BAND_ROWS):
@@ -123,14 +122,13 @@ class CertifiedBands:
                 roundoff,
                 roundoff,
             )
-            gap = band_gap(kth, error, norms, self._gallery_norm[depth], self._scale, self.dim)
-            bound = at_most_float32(kth.double() + gap)
+            bound = at_most_float32(kth.double() + self._gap(kth, error, norms, depth))
             sizes = count_at_most(real, bound).tolist()
             for i, row, size in zip(rows.tolist(), range(len(rows)), sizes, strict=True):
                 if size < found:
                     # a query with NaN features has a NaN gap (its partial distances were
                     # clamped by _bound_non_finite) and bounds nothing: every item is measured
-                    bands.append((i, torch.arange(self.n_items, device=partial.device)))
+                    bands.append((i, self._every_item(partial.device)))
                 else:
                     band = torch.nonzero(real[row] <= bound[row]).view(-1)
                     refinable = size > REFINE_BAND and bool(norms[row].isfinite())
@@ -171,15 +169,23 @@ class CertifiedBands:
             error = float64_product_error(
                 norms, self._gallery_norm[depth], self._bias_max[depth], self._scale, self.dim
             )
-            gap = band_gap(kth, error, norms, self._gallery_norm[depth], self._scale, self.dim)
-            bound = kth + gap
+            bound = kth + self._gap(kth, error, norms, depth)
             for row in range(len(partial)):
                 band = torch.nonzero(partial[row, : self.n_items] <= bound[row]).view(-1)
                 # an overflowing product (a query of huge finite features) bounds nothing
-                bands.append(
-                    band if len(band) >= found else torch.arange(self.n_items, device=q.device)
-                )
+                bands.append(band if len(band) >= found else self._every_item(q.device))
         return bands
+
+    def _gap(
+        self, kth: torch.Tensor, error: torch.Tensor, query_norms: torch.Tensor, depth: int
+    ) -> torch.Tensor:
+        """The band's gap (:func:`~oahu.inference.shortlist.band_gap`) of queries at ``depth``
+        whose k-th partial distance and its error are ``kth`` and ``error``."""
+        return band_gap(kth, error, query_norms, self._gallery_norm[depth], self._scale, self.dim)
+
+    def _every_item(self, device: torch.device) -> torch.Tensor:
+        """The band of a query that bounds nothing (NaN features, an overflowing product)."""
+        return torch.arange(self.n_items, device=device)
 
     @staticmethod
     def _shortlist_bands(

@@ -268,9 +268,8 @@ def certified_shortlist(
     values, at = smallest_k(partial, widths[0])
     threshold = values[:, found - 1] + gap
     certified = values[:, -1] > threshold
-    if widths[0] == n_items:  # the whole gallery is shortlisted
-        return at, torch.zeros(0, dtype=torch.int64, device=partial.device)
-    if bool(certified.all()):  # the usual case: no copy, no padding
+    # the usual case (no copy, no padding), or the whole gallery shortlisted
+    if widths[0] == n_items or bool(certified.all()):
         return at, torch.zeros(0, dtype=torch.int64, device=partial.device)
     columns = torch.full((len(partial), widths[-1]), -1, dtype=torch.int64, device=partial.device)
     columns[:, : widths[0]] = at
@@ -285,7 +284,6 @@ def certified_shortlist(
     else:
         within = count_at_most(partial[pending], threshold[pending])
     within[threshold[pending].isnan()] = partial.shape[1]
-    width = widths[0]
     for width in widths[1:]:
         fits = within < width if width < n_items else torch.ones_like(within, dtype=torch.bool)
         if bool(fits.any()):
