@@ -20,6 +20,12 @@ prepared items after the other steps: x -> (x, r). A learner that normalises its
 (OAHU) then starts from the cosine of lifted items, which keeps what the unit sphere discards,
 the norm: for items near the centre it is Euclidean distance over r, for items far out the
 angle (docs/algorithms.md, "Input projection").
+
+``"auto"`` (OAHU's default) picks by the items' dimension: ``pca:200`` for more than 200
+features (images: the angle of their leading principal axes describes them), ``pca:200+lift``
+for at most 200 (measured features, which the projection only rotates and whose norm carries
+class information); chosen on validation splits of nine datasets (docs/algorithms.md, "Input
+preprocessing").
 """
 
 from __future__ import annotations
@@ -30,12 +36,44 @@ import numpy as np
 import torch
 
 STEPS = ("center", "standardize", "pca:K", "unit", "lift")
+AUTO = "auto"
+# "auto" projects onto this many principal axes and lifts items of at most this many features.
+AUTO_COMPONENTS = 200
 _STD_FLOOR = 1e-6  # constant features (e.g. always-black pixels) keep scale 1, not 1/0
 _NORM_FLOOR = 1e-12
 
 
+def resolve_preprocess(spec: str, n_features: int) -> str:
+    """The steps ``spec`` stands for on items of ``n_features`` features: ``spec`` itself, but
+    ``"auto"`` becomes ``pca:200`` above 200 features and ``pca:200+lift`` up to 200.
+
+    >>> resolve_preprocess("auto", 784), resolve_preprocess("auto", 16)
+    ('pca:200', 'pca:200+lift')
+    >>> resolve_preprocess("center+unit", 16)
+    'center+unit'
+    """
+    if spec != AUTO:
+        return spec
+    lift = "+lift" if n_features <= AUTO_COMPONENTS else ""
+    return f"pca:{AUTO_COMPONENTS}{lift}"
+
+
+def check_preprocess(spec: str) -> None:
+    """Raise ValueError unless ``spec`` is ``"auto"`` or steps :func:`parse_preprocess` reads.
+
+    >>> check_preprocess("auto"); check_preprocess("pca:64+lift")
+    >>> check_preprocess("lift+pca:64")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: preprocess: 'lift+pca:64' — lift must be the last step
+    """
+    if spec != AUTO:
+        parse_preprocess(spec)
+
+
 def parse_preprocess(spec: str) -> tuple[str, ...]:
-    """``"standardize+unit"`` → ``("standardize", "unit")``; ``"none"`` → ``()``.
+    """``"standardize+unit"`` → ``("standardize", "unit")``; ``"none"`` → ``()``; ``"auto"``
+    names no steps until the items' dimension is known (:func:`resolve_preprocess`).
 
     >>> parse_preprocess("center+unit")
     ('center', 'unit')
@@ -44,7 +82,7 @@ def parse_preprocess(spec: str) -> tuple[str, ...]:
     >>> parse_preprocess("zscore")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    ValueError: preprocess: unknown step 'zscore' in 'zscore'; use 'none' or '+'-joined steps...
+    ValueError: preprocess: unknown step 'zscore' in 'zscore'; use 'auto', 'none' or '+'-joined...
     """
     if not isinstance(spec, str):
         raise ValueError(f"preprocess: expected a string such as 'center+unit', got {spec!r}")
@@ -54,8 +92,8 @@ def parse_preprocess(spec: str) -> tuple[str, ...]:
     for step in steps:
         if step not in STEPS and pca_components(step) is None:
             raise ValueError(
-                f"preprocess: unknown step {step!r} in {spec!r}; use 'none' or '+'-joined "
-                f"steps of {', '.join(STEPS)}, pca:K"
+                f"preprocess: unknown step {step!r} in {spec!r}; use 'auto', 'none' or "
+                f"'+'-joined steps of {', '.join(STEPS)}, pca:K"
             )
     names = [step.partition(":")[0] for step in steps]
     if len(set(names)) != len(names):
@@ -101,6 +139,8 @@ class InputScaler:
     """
 
     def __init__(self, spec: str, n_features: int) -> None:
+        # The steps themselves, "auto" resolved: what a checkpoint's state must match.
+        spec = resolve_preprocess(spec, n_features)
         self.spec = "none" if spec in ("", "none") else spec
         self.steps = parse_preprocess(spec)
         self.n_features = n_features

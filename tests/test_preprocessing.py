@@ -121,3 +121,27 @@ def test_the_projection_of_an_item_does_not_depend_on_the_items_beside_it() -> N
         np.testing.assert_array_equal(scaler.transform(items[:n])[:8], alone)
         after_others = np.concatenate([items[8:n], items[:8]])
         np.testing.assert_array_equal(scaler.transform(after_others)[-8:], alone)
+
+
+@pytest.mark.parametrize(("n_features", "steps"), [(201, "pca:200"), (200, "pca:200+lift")])
+def test_auto_projects_and_lifts_only_items_of_at_most_200_features(n_features, steps) -> None:
+    """OAHU's default "auto" is one of two specs, by dimension, and the same model as that spec
+    (the same statistics, embeddings and checkpoint state); its parameter stays "auto"."""
+    rng = np.random.default_rng(0)
+    items = rng.random((300, n_features), dtype=np.float32)
+    a, p, n = rng.random((3, 10, n_features), dtype=np.float32)
+    auto = make_learner("oahu", n_features, device="cpu", seed=3)
+    spelled = make_learner("oahu", n_features, device="cpu", seed=3, preprocess=steps)
+    assert auto.get_params()["preprocess"] == "auto" and auto.input_scaler.spec == steps
+    assert auto.input_scaler.n_outputs == 200 + int(steps.endswith("lift"))
+    for learner in (auto, spelled):
+        learner.prepare(items)
+        learner.learn_triplets(a, p, n)
+    np.testing.assert_array_equal(auto.embed(a), spelled.embed(a))
+    assert auto.input_scaler.get_state()["spec"] == steps
+    restored = InputScaler("auto", n_features)
+    restored.set_state(auto.input_scaler.get_state())  # a checkpoint of "auto" restores it
+    with pytest.raises(ValueError, match="checkpoint has"):
+        InputScaler("pca:200+lift" if steps == "pca:200" else "pca:200", n_features).set_state(
+            auto.input_scaler.get_state()
+        )

@@ -116,8 +116,9 @@ def test_queries_by_id_equal_inline_queries(running: tuple[Service, TestClient],
     served = running[0].publisher.current.learner  # the default OAHU: L + 1 = n_depths heads
     assert served.n_depths == OAHUConfig().n_depths
     # items, depths (L + 1), embedding dimension: the digits' 64 features on their principal axes
-    assert emb.shape == (5, served.n_depths, 64)
-    assert served.network.embedding_dim == 64
+    # and their norm, one more coordinate ("auto" preprocessing of items of at most 200 features)
+    assert emb.shape == (5, served.n_depths, 65)
+    assert served.network.embedding_dim == 65
     np.testing.assert_allclose(np.linalg.norm(emb, axis=-1), 1.0, atol=1e-5)  # unit sphere
     assert sum(by_id["alpha"]) == pytest.approx(1.0)
 

@@ -222,11 +222,13 @@ def test_preprocessing_is_fitted_on_the_gallery_before_the_first_constraint(tmp_
     stream = ConstraintStream.load(stream_file)
     service = run_to_end(stream_file, tmp_path / "state", learner_params={"device": "cpu"})
     saved, progress = read_checkpoint(checkpoint_path(tmp_path / "state"))
-    assert progress.consumed == 80 and saved.input_scaler.spec == OAHUConfig().preprocess
+    # digits' 64 features: "auto" projects and lifts them
+    assert progress.consumed == 80 and saved.input_scaler.spec == "pca:200+lift"
+    assert saved.get_params()["preprocess"] == OAHUConfig().preprocess == "auto"
     reference = make_learner("oahu", stream.n_features, device="cpu")
     assert reference.needs_prepare
     reference.prepare(stream.X[stream.dev_idx])
-    for fitted in ("mean", "components"):  # the same statistics, from the same items
+    for fitted in ("mean", "components", "lift"):  # the same statistics, from the same items
         np.testing.assert_array_equal(
             getattr(saved.input_scaler, fitted), getattr(reference.input_scaler, fitted)
         )

@@ -41,7 +41,7 @@ from oahu.learners.cross_modal.loss import constraint_gradients
 from oahu.learners.oahu.config import OAHUConfig
 from oahu.learners.oahu.hedge import hedge_update
 from oahu.learners.oahu.network import MultiDepthNetwork
-from oahu.preprocessing import InputScaler, parse_preprocess
+from oahu.preprocessing import InputScaler, check_preprocess
 from oahu.threads import blas_threads
 
 __all__ = ["CrossModalOAHU"]
@@ -141,7 +141,7 @@ class CrossModalOAHU:
         self.replay = check_int(replay, "replay", minimum=0)
         self.replay_memory = check_int(replay_memory, "replay_memory")
         self.code_bits = tuple(int(c) for c in code_bits)
-        parse_preprocess(preprocess)
+        check_preprocess(preprocess)
         self.preprocess = preprocess
         self.seed = check_int(seed, "seed", minimum=0)
         self.scalers = {m: InputScaler(preprocess, d) for m, d in self.n_features.items()}

@@ -23,7 +23,7 @@ from oahu.checks import check_bool, check_choice, check_int, check_number
 from oahu.drift import DETECTORS
 from oahu.learners.oahu.hedge import HEDGE_SIGNALS
 from oahu.learners.oahu.loss import LOSSES
-from oahu.preprocessing import parse_preprocess
+from oahu.preprocessing import check_preprocess
 
 Init = Literal["kaiming", "orthogonal"]
 Loss = Literal["margin", "abtl"]
@@ -39,7 +39,7 @@ class OAHUConfig:
 
     >>> cfg = OAHUConfig()
     >>> (cfg.n_hidden_layers, cfg.hidden_width, cfg.loss, cfg.hedge_signal, cfg.preprocess)
-    (2, 128, 'margin', 'mistakes', 'pca:200')
+    (2, 128, 'margin', 'mistakes', 'auto')
     >>> paper = PRESETS["paper"]
     >>> (paper.n_hidden_layers, paper.hidden_width, paper.embedding_dim, paper.learning_rate)
     (5, 100, 50, 0.3)
@@ -94,7 +94,7 @@ class OAHUConfig:
     head0_init: Head0Init = "identity"
     # At most this many principal axes for head0_init="pca"; 0 = embedding_dim.
     head0_components: int = 0
-    preprocess: str = "pca:200"  # input preprocessing, see oahu.preprocessing
+    preprocess: str = "auto"  # input preprocessing, see oahu.preprocessing
     # Replay (ours): each update also learns this many constraints drawn from a reservoir of
     # ``replay_memory`` past ones (one pass over the stream, bounded memory).
     replay: int = 1
@@ -212,7 +212,7 @@ class OAHUConfig:
         for field in ("residual_heads", "self_paced"):
             check_bool(getattr(self, field), field)
         adaptation_steps(self.drift_adaptation)
-        parse_preprocess(self.preprocess)
+        check_preprocess(self.preprocess)
         if self.embedding_dim and self.head0_components > self.embedding_dim:
             raise ValueError(
                 f"head0_components: must be <= embedding_dim ({self.embedding_dim}), "

@@ -96,9 +96,10 @@ class OAHU(Learner):
     :class:`~oahu.learners.oahu.loss.DepthLoss`) and the hedge signal (``hedge_signal``: a
     :class:`~oahu.learners.oahu.hedge.HedgeSignal`).
 
-    The default preprocessing projects items onto their principal axes, fitted by ``prepare(X)``
-    on unlabelled items (the development split, the service's gallery) before the first
-    constraint.
+    The default preprocessing (``"auto"``) projects items onto their principal axes, fitted by
+    ``prepare(X)`` on unlabelled items (the development split, the service's gallery) before the
+    first constraint, and keeps the norm of items of at most 200 features as one more coordinate
+    (:mod:`oahu.preprocessing`).
 
     >>> import numpy as np
     >>> rng = np.random.default_rng(0)
@@ -106,8 +107,8 @@ class OAHU(Learner):
     >>> model.prepare(rng.random((50, 8), dtype=np.float32))
     >>> a, p, n = rng.random((3, 20, 8), dtype=np.float32)
     >>> used = model.learn_triplets(a, p, n)
-    >>> model.updates, model.embed(a).shape
-    (20, (3, 20, 8))
+    >>> model.updates, model.embed(a).shape  # 8 features and their norm: 9 coordinates
+    (20, (3, 20, 9))
     >>> round(float(model.alpha.sum()), 6), 0.0 <= model.prequential.combined <= 1.0
     (1.0, True)
     >>> paper = OAHU(n_features=8, preset="paper", device="cpu")

@@ -232,7 +232,7 @@ class Service:
             if len(x) == 0:
                 instead = " or --preset paper" if config.learner == "oahu" else ""
                 raise ValueError(
-                    f"{config.learner}: fits its preprocessing ({learner.preprocess!r}) or "
+                    f"{config.learner}: fits its preprocessing ({learner.input_scaler.spec!r}) or "
                     "initialisation on unlabelled items before the first constraint, and this "
                     "source brings none: give --gallery or --items (a stream file or an .npz of "
                     f"items), or --learner-param preprocess=none{instead}"
