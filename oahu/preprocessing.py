@@ -35,6 +35,16 @@ from typing import Any
 import numpy as np
 import torch
 
+__all__ = [
+    "AUTO",
+    "STEPS",
+    "InputScaler",
+    "check_preprocess",
+    "parse_preprocess",
+    "pca_components",
+    "resolve_preprocess",
+]
+
 STEPS = ("center", "standardize", "pca:K", "unit", "lift")
 AUTO = "auto"
 # "auto" projects onto this many principal axes and lifts items of at most this many features.
@@ -62,7 +72,7 @@ def check_preprocess(spec: str) -> None:
     """Raise ValueError unless ``spec`` is ``"auto"`` or steps :func:`parse_preprocess` reads.
 
     >>> check_preprocess("auto"); check_preprocess("pca:64+lift")
-    >>> check_preprocess("lift+pca:64")  # doctest: +ELLIPSIS
+    >>> check_preprocess("lift+pca:64")
     Traceback (most recent call last):
     ...
     ValueError: preprocess: 'lift+pca:64' — lift must be the last step
