@@ -21,11 +21,8 @@ def test_both_ways_answer_alike_and_the_float64_bands_are_narrower(monkeypatch):
     queries /= np.linalg.norm(queries, axis=-1, keepdims=True)
     monkeypatch.setattr(band, "REFINE_QUERIES", 1)
     own = band.REFINE_BAND
-    WAYS["float64"] = 8  # refine every band of more than 8 items
-    try:
-        got = measure(gallery.astype(np.float32), queries.astype(np.float32), 5)
-    finally:
-        WAYS["float64"] = own
+    monkeypatch.setitem(WAYS, "float64", 8)  # refine every band of more than 8 items
+    got = measure(gallery.astype(np.float32), queries.astype(np.float32), 5)
     assert got["same_answers"]
     assert band.REFINE_BAND == own  # put back after the ways
     wide, narrow = got["float32"]["depths"][0], got["float64"]["depths"][0]

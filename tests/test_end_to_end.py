@@ -132,7 +132,9 @@ def test_self_paced_replay_holds_back_flipped_triplets_and_says_how_many(tmp_pat
     assert paced["utilization"] < plain["utilization"]  # measured 0.50 and 0.61
     # ... and it costs nothing here: measured 13 and 13 of 898 test items misclassified (17
     # without it when digits started from the cosine of their principal axes, without the norm).
-    assert paced["error"] <= plain["error"]
+    # Equal errors are one BLAS's rounding away from a test item either way, so another CPU may
+    # move either by one; more than that would be a cost.
+    assert paced["error"] <= plain["error"] + 1 / 898 + 1e-12
 
 
 def test_a_quadruplet_stream_is_learned_and_scored_by_graded_ndcg(tmp_path, capsys) -> None:
