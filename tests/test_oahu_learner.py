@@ -539,11 +539,14 @@ def test_parameters_are_a_preset_and_the_config_fields() -> None:
         OAHU(D, hidden_widht=3)
 
 
-@pytest.mark.parametrize("batch_size", [256, 16_384])
-def test_batches_up_to_16384_learn_with_no_other_setting_changed(batch_size: int) -> None:
-    """The same learner with B = 256 or B = 16,384 (a GPU's batch) learns three noisy classes:
-    every update stays within the trust region (‖Δθ‖ ≤ 0.05 ‖θ‖), and held-out triplets are
-    ranked right more often after 49,152 constraints (3 updates of 16,384) than before."""
+@pytest.mark.parametrize("batch_size, max_update_size", [(256, None), (16_384, None), (16_384, 0)])
+def test_batches_up_to_16384_learn_with_no_other_setting_changed(
+    batch_size: int, max_update_size: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same learner handed batches of 256 or 16,384 (a GPU's batch) learns three noisy
+    classes: by default a batch of 16,384 is 64 updates of 256 (B4); without that limit it is
+    one update. Every update stays within the trust region (‖Δθ‖ ≤ 0.05 ‖θ‖), and held-out
+    triplets are ranked right more often after 49,152 constraints than before."""
     rng = np.random.default_rng(0)
     means = rng.normal(size=(3, D)).astype(np.float32)
 
@@ -562,20 +565,65 @@ def test_batches_up_to_16384_learn_with_no_other_setting_changed(batch_size: int
         combined = np.einsum("l,lts->ts", model.alpha, far)
         return float((combined[:, 0] < combined[:, 1]).mean())
 
+    limit = {} if max_update_size is None else {"max_update_size": max_update_size}
     model = OAHU(D, hidden_width=16, preprocess="pca:8", item_memory=64, replay_memory=32,
-                 batch_size=batch_size, device="cpu")  # fmt: skip
+                 batch_size=batch_size, device="cpu", **limit)  # fmt: skip
     model.prepare(noisy(np.arange(300) % 3))
     model.update_step.learned = model.config.batch_ramp * batch_size  # past the ramp
     held_out = draw(2000)
     before = ranked_right(model, held_out)
     stream = draw(3 * 16_384)
+
+    def flat() -> torch.Tensor:
+        return torch.cat([v.flatten().double() for v in model.network.tensors().values()])
+
     moves = []
+    network_step = model.network.step
+
+    def measured_step(*args, **kwargs):
+        theta = flat()
+        scale = network_step(*args, **kwargs)
+        moves.append(float((flat() - theta).norm() / theta.norm()))
+        return scale
+
+    monkeypatch.setattr(model.network, "step", measured_step)
     for start in range(0, len(stream), batch_size):
-        block = stream[start : start + batch_size]
-        theta = torch.cat([v.flatten().double() for v in model.network.tensors().values()])
-        learn(model, block)
-        after = torch.cat([v.flatten().double() for v in model.network.tensors().values()])
-        moves.append(float((after - theta).norm() / theta.norm()))
-    assert model.updates == len(stream) // batch_size
+        learn(model, stream[start : start + batch_size])
+    update = 256 if max_update_size is None else batch_size
+    assert model.updates == len(moves) == len(stream) // update
     assert max(moves) <= model.config.max_step_change * (1 + 1e-5)
     assert ranked_right(model, held_out) >= before + 0.015
+
+
+@pytest.mark.parametrize("engine", ["update", "device"])
+def test_a_batch_larger_than_an_update_learns_as_its_updates_would(engine: str) -> None:
+    """With updates of at most ``max_update_size`` (B4), a batch of 4 × 8 triplets is the
+    batch of 8's model bit for bit, from the ramp's first updates of one onwards, handed the
+    same calls (a call's end also ends an update); by default that limit is 256, and
+    B = 1,024 is B = 256."""
+    rng = np.random.default_rng(3)
+    stream = rng.random((700, 3, D), dtype=np.float32)
+    common = dict(step_engine=engine, batch_ramp=4)
+    large = small(batch_size=32, max_update_size=8, **common)
+    updates_of_8 = small(batch_size=8, **common)
+    for start in range(0, len(stream), 96):  # calls of three batches of 32
+        learn(large, stream[start : start + 96])
+        learn(updates_of_8, stream[start : start + 96])
+    assert large.updates == updates_of_8.updates > len(stream) // 8
+    assert_same_state(large, updates_of_8)
+    assert large.constraints_per_update == 8
+    by_default = OAHU(D, batch_size=1024, device="cpu")
+    assert by_default.config.max_update_size == 256
+    assert by_default.constraints_per_update == 256
+    assert by_default.update_step.update_size(10**7) == 256
+
+
+def test_an_older_checkpoint_keeps_its_whole_batch_updates() -> None:
+    """A default learner saved before the update-size limit learned a batch as one update:
+    rebuilt from its params, it still does; a negative limit is refused, naming the field."""
+    params = small(batch_size=1024).get_params()
+    del params["max_update_size"]
+    rebuilt = OAHU(D, **OAHU.migrate_params(params))
+    assert rebuilt.config.max_update_size == 0 and rebuilt.constraints_per_update == 1024
+    with pytest.raises(ValueError, match=r"max_update_size.*-1"):
+        OAHU(D, max_update_size=-1)

@@ -111,7 +111,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         metavar="B",
-        help="OAHU only: triplets per update; 1 is the paper's strict Algorithm 1 (default: 1)",
+        help="OAHU only: triplets learned together (a micro-batch), as updates of at most "
+        "256 (--set max_update_size=N; 0: the whole batch); 1 is the paper's strict "
+        "Algorithm 1 (default: 1)",
     )
     p.add_argument(
         "--self-paced",

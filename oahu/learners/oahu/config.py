@@ -82,6 +82,10 @@ class OAHUConfig:
     # An update takes at most 1/batch_ramp of the constraints learned before it (ours,
     # docs/algorithms.md B3): a stream's first updates are small, and grow to batch_size.
     batch_ramp: int = 1000
+    # An update takes at most this many new constraints (ours, docs/algorithms.md B4): a larger
+    # micro-batch is learned as consecutive updates of this size, which learn per constraint
+    # what strict steps do where larger ones fall behind late in a stream; 0 = no limit.
+    max_update_size: int = 256
     # A micro-batch update moves the parameters by at most this fraction of their norm (ours,
     # docs/algorithms.md B2): B summed gradients taken at one point overshoot where B strict
     # steps would have turned, early in a stream above all.
@@ -174,6 +178,7 @@ class OAHUConfig:
             ("graph_memory", self.item_memory + 3),
             ("batch_size", 1),
             ("batch_ramp", 1),
+            ("max_update_size", 0),
             ("seed", 0),
             ("cpu_threads", 0),
             ("pace_clusters", 1),
@@ -235,6 +240,19 @@ class OAHUConfig:
         """Whether device-resident steps can learn as this configuration says: without
         self-paced learning (which decides per constraint on the host)."""
         return not self.self_paced
+
+    @property
+    def largest_update(self) -> int:
+        """The most new constraints one update takes: ``batch_size``, but at most
+        ``max_update_size`` (when set).
+
+        >>> OAHUConfig(batch_size=1024).largest_update, OAHUConfig(batch_size=64).largest_update
+        (256, 64)
+        >>> OAHUConfig(batch_size=1024, max_update_size=0).largest_update
+        1024
+        """
+        limit = self.max_update_size
+        return min(self.batch_size, limit) if limit else self.batch_size
 
     @property
     def n_depths(self) -> int:

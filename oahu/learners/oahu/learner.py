@@ -75,7 +75,7 @@ _FIELDS_OF_THE_DEFAULT_LEARNER = frozenset(
 )
 # OAHUConfig's fields added to the default learner since, with the value that reproduces how a
 # checkpoint written before them learned.
-_FIELDS_ADDED_LATER = {"lr_floor": 0.0, "early_item_memory": 0}
+_FIELDS_ADDED_LATER = {"lr_floor": 0.0, "early_item_memory": 0, "max_update_size": 0}
 
 
 class OAHU(Learner):
@@ -236,9 +236,11 @@ class OAHU(Learner):
         >>> OAHU.migrate_params(old)["preset"]
         'paper'
         >>> OAHU.migrate_params({"preset": None, "loss": "margin", "lr_floor": 0.5})
-        {'preset': None, 'loss': 'margin', 'lr_floor': 0.5, 'early_item_memory': 0}
-        >>> OAHU.migrate_params({"preset": None, "loss": "margin"})
-        {'preset': None, 'loss': 'margin', 'lr_floor': 0.0, 'early_item_memory': 0}
+        ... # doctest: +NORMALIZE_WHITESPACE
+        {'preset': None, 'loss': 'margin', 'lr_floor': 0.5, 'early_item_memory': 0,
+         'max_update_size': 0}
+        >>> OAHU.migrate_params({"preset": None, "loss": "margin"})["lr_floor"]
+        0.0
         """
         if not _FIELDS_OF_THE_DEFAULT_LEARNER & set(params):
             return {**params, "preset": "paper"}
@@ -252,7 +254,7 @@ class OAHU(Learner):
 
     @property
     def constraints_per_update(self) -> int:
-        return self.config.batch_size
+        return self.config.largest_update
 
     @property
     def alpha(self) -> np.ndarray:

@@ -298,20 +298,23 @@ class UpdateStep:
         return loss * mask, g_pos * mask, g_neg * mask
 
     def update_size(self, learned: int | None = None) -> int:
-        """New constraints the next update takes: ``batch_size``, but at most a
-        ``batch_ramp``-th of the constraints learned so far (or ``learned``), counted as the
-        step-size decay counts them (at least one), so that a stream's first updates, where
-        nearly every constraint pulls the same way, are small (ours, B3).
+        """New constraints the next update takes: ``batch_size`` up to ``max_update_size``
+        (B4), but at most a ``batch_ramp``-th of the constraints learned so far (or
+        ``learned``), counted as the step-size decay counts them (at least one), so that a
+        stream's first updates, where nearly every constraint pulls the same way, are small
+        (ours, B3).
 
         >>> from oahu.learners.oahu.learner import OAHU
         >>> step = OAHU(n_features=2, batch_size=64, batch_ramp=10, device="cpu").update_step
         >>> step.update_size(0), step.update_size(25), step.update_size(10_000)
         (1, 3, 64)
+        >>> OAHU(n_features=2, batch_size=1024, device="cpu").update_step.update_size(10**7)
+        256
         """
         config = self.config
         # from the latest adapted drift, as S1
         since = (self.learned if learned is None else learned) - self.decay_origin
-        return max(1, min(config.batch_size, -(-since // config.batch_ramp)))
+        return max(1, min(config.largest_update, -(-since // config.batch_ramp)))
 
     def step_size(self, learned: int | None = None) -> float:
         """η, or η / sqrt(1 + t / T) after t learned constraints with ``lr_decay`` T, never below

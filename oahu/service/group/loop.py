@@ -1,8 +1,8 @@
 """The learn loop of a learning group's member: rounds of local learning, each ended by a
 combine, and the consistent cut that a checkpoint is.
 
-A round: the member polls up to K updates' worth of its own records (K × batch_size, K from
-:func:`round_updates`; any number, 0 included, when its partitions are idle or
+A round: the member polls up to K updates' worth of its own records (K × the largest update,
+K from :func:`round_updates`; any number, 0 included, when its partitions are idle or
 behind), learns them with the one-process loop's code (:class:`~oahu.service.learning.consumer.
 ConsumerLoop`: decoding, dead letters, in-flight records), logs them in the schedule
 (:mod:`.schedule`) and joins the combine (:mod:`.combine`), one all-reduce that also carries
