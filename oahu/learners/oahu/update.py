@@ -46,6 +46,7 @@ from oahu.learners.oahu.item_keys import row_keys
 from oahu.learners.oahu.loss import DepthLoss, constraint_distances, embedding_gradient
 from oahu.learners.oahu.network import ForwardCache, MultiDepthNetwork
 from oahu.learners.oahu.prequential import PrequentialAccuracy
+from oahu.learners.oahu.projection_cache import ProjectionCache
 from oahu.learners.oahu.replay_memory import ReplayReservoir
 from oahu.learners.oahu.self_paced import SelfPacedSelector
 from oahu.preprocessing import InputScaler
@@ -124,6 +125,11 @@ class UpdateStep:
         self.learned = 0  # new (stream) constraints learned: t of the step-size decay
         self.decay_origin = 0  # t when the decay (re)started: 0, or the latest adapted drift
         self.learning_rate = config.learning_rate
+        # Rows of items seen before (strict updates on the CPU), of the axes they came from;
+        # ``keep_projections`` False projects every update's rows (to measure what it saves).
+        self.keep_projections = True
+        self.projections: ProjectionCache | None = None
+        self._cached_axes: np.ndarray | None = None
 
     # ---------------------------------------------------------------- arrays
     def per_depth(self, t: torch.Tensor) -> Array:
@@ -154,10 +160,10 @@ class UpdateStep:
         "Quadruplets"). Mined triplets join a quadruplet step as (a, p, a, n).
         """
         n_new, n_roles = block.shape[:2]
-        new = self.project(block)
         # Items are known to the graph by the rows the stream gave: a projection's rounding
         # depends on the block's size, and the same item must be the same item in every block.
         keys = row_keys(block) if self.config.mined and n_roles == 3 else None
+        new = self.project(block, keys)
         rows, slots = self.with_memories(new) if extras else (new, _NO_SLOTS)
         cache, f = self.forward(rows)
         diffs, dists = constraint_distances(f, n_roles)
@@ -200,17 +206,38 @@ class UpdateStep:
         return StepResult(self.as_numpy((new_loss > 0).any(0)), correct, combined, None)
 
     # ---------------------------------------------------------------- its stages
-    def project(self, block: np.ndarray) -> np.ndarray:
+    def project(self, block: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
         """The learner's preprocessing of the block's items, (B, n_roles, width).
 
         Each update projects its own rows: the rounding of a projection depends on how many
         rows go through it at once, and a strict update always has the same few, so the model
-        does not depend on how the stream was chunked.
+        does not depend on how the stream was chunked. A strict update on the CPU whose items'
+        ``keys`` (1, 3) are given takes the rows of items it projected before from
+        :class:`ProjectionCache` (which keeps what blocks of the same shape computed).
         """
         n_new, n_roles, width = block.shape
+        cache = self._projection_cache() if keys is not None and n_new == 1 else None
+        if cache is not None:
+            known = cache.lookup(keys[0])
+            if known is not None:
+                return known.reshape(1, n_roles, -1)
         scaler = self.input_scaler
         items = scaler.transform(block.reshape(n_roles * n_new, width), defer_projection=True)
-        return scaler.project(items).reshape(n_new, n_roles, -1)
+        new = scaler.project(items)
+        if cache is not None:
+            cache.add(keys[0], new)
+        return new.reshape(n_new, n_roles, -1)
+
+    def _projection_cache(self) -> ProjectionCache | None:
+        """The cache of the current principal axes, on the CPU (None without axes: nothing to
+        save); a new one when the axes were replaced."""
+        axes = self.input_scaler.components
+        if axes is None or not self.on_host or not self.keep_projections:
+            return None
+        if self._cached_axes is not axes:
+            self._cached_axes = axes
+            self.projections = ProjectionCache(self.input_scaler.n_outputs)
+        return self.projections
 
     def with_memories(self, new: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The new constraints followed by ``replay`` replayed and ``mined`` mined ones, and the

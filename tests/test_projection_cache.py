@@ -1,0 +1,148 @@
+"""The preprocessed rows of items seen before: the cache itself (first in first out, bounded),
+and a strict learner that takes its rows from it."""
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oahu.learners.oahu.item_keys import row_keys
+from oahu.learners.oahu.learner import OAHU
+from oahu.learners.oahu.projection_cache import ProjectionCache
+from oahu.persistence import learner_from_bytes, learner_to_bytes
+
+
+def row(key: int, width: int = 2) -> np.ndarray:
+    return np.full((1, width), key, np.float32)
+
+
+def test_the_oldest_rows_make_room_once_the_budget_is_full() -> None:
+    cache = ProjectionCache(width=2, budget=3 * 2 * 4)  # three rows of two float32
+    assert cache.capacity == 3
+    for key in (5, 6, 7, 8):
+        cache.add(np.array([key]), row(key))
+    assert len(cache) == 3 and cache.lookup(np.array([5])) is None
+    assert cache.lookup(np.array([8, 6])).tolist() == [[8.0, 8.0], [6.0, 6.0]]
+    cache.add(np.array([7, 9]), np.concatenate([row(70), row(9)]))  # 7 is kept: not replaced
+    assert cache.lookup(np.array([7])).tolist() == [[7.0, 7.0]]
+    assert cache.lookup(np.array([6])) is None  # 9 took the oldest row's slot, 6's
+
+
+def test_the_arrays_grow_to_the_capacity_and_a_clear_forgets_everything() -> None:
+    cache = ProjectionCache(width=1, budget=3000 * 4)
+    keys = np.arange(2500, dtype=np.int64) * 7919
+    cache.add(keys, keys[:, None].astype(np.float32))
+    assert len(cache) == 2500 and len(cache.rows) == 3000  # 1,024 → 2,048 → 3,000
+    assert np.array_equal(cache.lookup(keys[::-1])[:, 0], keys[::-1].astype(np.float32))
+    cache.clear()
+    assert len(cache) == 0 and cache.lookup(keys[:1]) is None
+
+
+@given(st.lists(st.integers(0, 12), max_size=60), st.integers(1, 5))
+def test_it_keeps_what_a_first_in_first_out_memory_keeps(keys: list[int], capacity: int) -> None:
+    """Against a plain reference: each key's row is the first one added for it since it was
+    last forgotten, and only the ``capacity`` latest new keys are kept."""
+    cache = ProjectionCache(width=1, budget=capacity * 4)
+    reference: OrderedDict[int, float] = OrderedDict()
+    for step, key in enumerate(keys):
+        cache.add(np.array([key]), np.array([[step]], np.float32))
+        if key not in reference:
+            reference[key] = float(step)
+            if len(reference) > capacity:
+                reference.popitem(last=False)
+    assert len(cache) == len(reference)
+    for key, value in reference.items():
+        assert cache.lookup(np.array([key])).tolist() == [[value]]
+
+
+D = 40
+ITEMS = np.random.default_rng(5).random((30, D), dtype=np.float32)
+
+
+def repeating_triplets(n: int, seed: int) -> np.ndarray:
+    """Triplets over 30 items: after the first few dozen every item is known."""
+    picks = np.random.default_rng(seed).integers(0, len(ITEMS), size=(n, 3))
+    return ITEMS[picks]
+
+
+def learner(**fields) -> OAHU:
+    model = OAHU(D, hidden_width=16, preprocess="pca:8", item_memory=64, replay_memory=32,
+                 margin=0.5, device="cpu", **fields)  # fmt: skip
+    model.prepare(ITEMS)
+    return model
+
+
+def learn(model: OAHU, t: np.ndarray) -> None:
+    model.learn_triplets(t[:, 0], t[:, 1], t[:, 2])
+
+
+def assert_close_models(a: OAHU, b: OAHU) -> None:
+    """Equal up to float rounding: a kept row is what its block computed when the item was new,
+    which a BLAS that rounded a row by its position in the block could differ from in the last
+    bit (OpenBLAS does not; the tests do not rely on it)."""
+    for x, y in zip(a.network.tensors().values(), b.network.tensors().values(), strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
+
+
+def test_a_strict_learner_takes_known_items_rows_from_the_cache() -> None:
+    stream = repeating_triplets(400, seed=1)
+    cached = learner()
+    learn(cached, stream)
+    projections = cached.update_step.projections
+    assert projections.hits + projections.misses == cached.updates  # every strict update
+    assert projections.hits > 300 and len(projections) == len(ITEMS)
+    # The kept rows are the preprocessing's rows of those items.
+    scaler = cached.update_step.input_scaler
+    expected = scaler.project(scaler.transform(ITEMS, defer_projection=True))
+    kept = projections.lookup(row_keys(ITEMS))
+    np.testing.assert_allclose(kept, expected, rtol=1e-5, atol=1e-6)
+    fresh = learner()
+    fresh.update_step.keep_projections = False
+    learn(fresh, stream)
+    assert fresh.update_step.projections is None
+    assert_close_models(cached, fresh)
+
+
+def test_micro_batch_updates_project_their_own_rows() -> None:
+    model = learner(batch_size=8, batch_ramp=1)
+    learn(model, repeating_triplets(200, seed=2))
+    projections = model.update_step.projections
+    # The ramp's first two updates take one triplet each (after 0 and 1 learned); every later
+    # one takes more and projects its block itself.
+    assert projections.hits + projections.misses == 2 and model.updates > 25
+
+
+def test_a_restored_learner_projects_again_and_learns_on_alike() -> None:
+    stream = repeating_triplets(300, seed=3)
+    whole = learner()
+    learn(whole, stream)
+    first = learner()
+    learn(first, stream[:150])
+    restored, _ = learner_from_bytes(learner_to_bytes(first))
+    assert restored.update_step.projections is None  # not part of a checkpoint
+    learn(restored, stream[150:])
+    assert restored.update_step.projections.misses >= 1
+    assert_close_models(whole, restored)
+
+
+def test_new_axes_start_a_new_cache() -> None:
+    model = learner()
+    learn(model, repeating_triplets(20, seed=4))
+    before = model.update_step.projections
+    scaler = model.update_step.input_scaler
+    scaler.components = scaler.components.copy()  # as a new fit would replace them
+    learn(model, repeating_triplets(5, seed=5))
+    after = model.update_step.projections
+    assert after is not before and after.hits + after.misses == 5
+
+
+@pytest.mark.parametrize("preprocess", ["none", "standardize"])
+def test_without_principal_axes_there_is_nothing_to_keep(preprocess: str) -> None:
+    model = OAHU(D, hidden_width=16, preprocess=preprocess, device="cpu")
+    if model.needs_prepare:
+        model.prepare(ITEMS)
+    learn(model, repeating_triplets(20, seed=6))
+    assert model.update_step.projections is None
