@@ -9,10 +9,9 @@ other, with no host round trip inside the block:
 
 * the weights, α, the last losses, the replay reservoir and the block's inputs (the new triplets,
   the replay draws, the mined triplets, the step sizes) are device tensors at fixed addresses;
-* every update has the same shape: the largest update's rows of new triplets (``batch_size``,
-  at most ``max_update_size``), padded with masked rows while the update takes fewer
-  (``batch_ramp``, the end of a call), and as many replayed and mined rows per new one as the
-  configuration says;
+* every update has the same shape: ``largest_update`` rows of new triplets, padded with masked
+  rows while the update takes fewer (``batch_ramp``, the end of a call), and as many replayed
+  and mined rows per new one as the configuration says;
 * one update is pure tensor arithmetic with no Python branch on a device value (a non-finite
   row is masked with ``where`` instead of being left out), so on CUDA it is captured once as a
   CUDA graph (``torch.cuda.graphs``: several updates per graph) and a block is a handful of graph
@@ -81,10 +80,9 @@ _UNBOUNDED = 1e30
 
 class DeviceResidentSteps:
     """The updates of ``step`` (an :class:`~oahu.learners.oahu.update.UpdateStep` on triplets),
-    strict or of up to ``batch_size`` (at most ``max_update_size``) new triplets each, in blocks
-    of at most ``block`` updates (and :data:`BLOCK_TRIPLETS` new triplets), each block without a
-    host round trip; on CUDA each run of :data:`UPDATES_PER_GRAPH` updates is one CUDA graph
-    launch.
+    strict or of up to ``largest_update`` new triplets each, in blocks of at most ``block`` updates
+    (and :data:`BLOCK_TRIPLETS` new triplets), each block without a host round trip; on CUDA each
+    run of :data:`UPDATES_PER_GRAPH` updates is one CUDA graph launch.
 
     The same code runs eagerly on the CPU, where it is what the tests check the CUDA path by.
 

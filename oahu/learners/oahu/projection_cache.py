@@ -85,11 +85,6 @@ class ProjectionCache:
             self.keys[slot] = key
             slot_of[key] = slot
 
-    def clear(self) -> None:
-        """Forget every row (the preprocessing they came from was replaced)."""
-        self.slot_of.clear()
-        self.added = 0
-
     def _grow(self) -> None:
         size = min(2 * len(self.rows), self.capacity)
         rows = np.zeros((size, self.width), np.float32)
