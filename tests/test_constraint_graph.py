@@ -213,6 +213,30 @@ def test_a_generator_draws_an_array_of_bounds_as_one_call_per_bound() -> None:
     assert at_once.integers(0, 2**62) == one.integers(0, 2**62)
 
 
+def test_every_run_draws_its_candidates_as_a_call_per_pool_would() -> None:
+    """Mining makes the candidate draws of all its runs in one call; each pool larger than
+    ``candidates`` gets the draws a call of its own, in order, would have given it, and a smaller
+    pool is taken whole without a draw."""
+    pools = [
+        (np.arange(n_pos) * 3, np.arange(n_neg) * 5 + 1)
+        for n_pos, n_neg in [(300, 40), (9, 9), (1000, 5000), (10, 11), (2, 700)]
+    ]
+    g = graph(capacity=8, seed=5)
+    reference = np.random.default_rng(5)
+    drawn = g._draw(pools, candidates=10)
+    for (positives, negatives), (got_pos, got_neg) in zip(pools, drawn, strict=True):
+        for pool, got in ((positives, got_pos), (negatives, got_neg)):
+            if len(pool) > 10:
+                assert np.array_equal(got, pool[reference.integers(0, len(pool), size=10)])
+            else:
+                assert got is pool
+    assert g.rng.bit_generator.state == reference.bit_generator.state
+    small = pools[1:2]
+    assert g._draw(small, candidates=10) is small  # nothing to draw: no call
+    assert g._draw(pools, candidates=0) is pools  # 0: every item is a candidate
+    assert g.rng.bit_generator.state == reference.bit_generator.state
+
+
 def _held_links_as_derived(g: ConstraintGraph) -> dict[int, set[int]]:
     return {root: {o for o in g.links.get(root, ()) if o in g.members} for root in g.members}
 

@@ -66,3 +66,21 @@ def test_blocks_give_river_rolling_accuracy(window, n_depths, sizes, seed, resto
             restored.set_state(tracker.get_state())
             tracker = restored
     assert tracker.seen == sum(sizes)
+
+
+def test_strict_steps_into_a_full_window_give_river_rolling_accuracy() -> None:
+    # A strict step records one outcome at a time, by its own path once the window is full.
+    rng = np.random.default_rng(3)
+    tracker = PrequentialAccuracy(n_depths=3, window=7)
+    reference = _river_reference(3, 7)
+    for _ in range(40):
+        depths, combined = rng.random((1, 3)) < 0.5, rng.random(1) < 0.5
+        tracker.update(depths, combined)
+        for rolling, value in zip(reference, [*depths[0].tolist(), bool(combined[0])], strict=True):
+            rolling.update(True, value)
+        expected = [float(r.get()) for r in reference]
+        assert tracker.per_depth == expected[:-1] and tracker.combined == expected[-1]
+    restored = PrequentialAccuracy(n_depths=3, window=7)
+    restored.set_state(tracker.get_state())
+    assert restored.per_depth == tracker.per_depth and restored.combined == tracker.combined
+    assert tracker.seen == 40

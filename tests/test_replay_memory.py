@@ -43,6 +43,13 @@ def test_sample_draws_held_triplets_and_nothing_when_empty() -> None:
     memory.add(triplets(2, start=7))
     drawn = memory.sample(50)
     assert drawn.shape == (50, 3, 1) and set(drawn[:, 0, 0].tolist()) == {7.0, 8.0}
+    # A strict step's one draw is the draw of an array of one, without the array.
+    state = memory.rng.bit_generator.state
+    expected = np.random.default_rng(0)
+    expected.bit_generator.state = state
+    for _ in range(20):
+        one = memory.sample(1)
+        assert np.array_equal(one, memory.rows[expected.integers(0, memory.size, size=1)])
 
 
 def test_state_round_trip_continues_identically() -> None:

@@ -102,6 +102,9 @@ class ReplayReservoir:
         d), or (0, n_roles, d) while it is empty."""
         if not self.size or k < 1:
             return self.rows[:0]
+        if k == 1:  # a strict step's: the scalar draw is the same draw, without the array's cost
+            slot = int(self.rng.integers(0, self.size))
+            return self.rows[slot : slot + 1]
         return self.rows[self.rng.integers(0, self.size, size=k)]
 
     def get_state(self) -> dict[str, Any]:
