@@ -109,7 +109,7 @@ class GraphMining:
         """At most ``candidates`` of each run's positives and of its negatives (with
         replacement; all of them when fewer). The draws of every run are made in one call:
         ``Generator.integers`` with an array of bounds draws what one call per bound would, in
-        order, and each call costs ~10 µs, a strict step's mining most of its draws' time."""
+        order, and a call's ~10 µs of overhead was most of what a run's draws cost."""
         bounds = [
             len(pool) for pair in pools for pool in pair if candidates and len(pool) > candidates
         ]

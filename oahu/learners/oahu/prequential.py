@@ -53,7 +53,7 @@ class PrequentialAccuracy:
 
     def _record_one(self, depth_correct: np.ndarray, combined_correct: np.ndarray) -> None:
         """A strict step's one outcome into a full window, in Python scalars: the block path's
-        dozen array operations cost a strict step 4% of its time."""
+        dozen array operations took 4% of a strict step in a profile."""
         row = self._outcomes[self._next]
         outcome = [*np.asarray(depth_correct, bool).ravel().tolist(), bool(combined_correct[0])]
         right = self._right

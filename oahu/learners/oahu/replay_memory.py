@@ -104,7 +104,7 @@ class ReplayReservoir:
             return self.rows[:0]
         if k == 1:  # a strict step's: the scalar draw is the same draw, without the array's cost
             slot = int(self.rng.integers(0, self.size))
-            return self.rows[slot : slot + 1]
+            return self.rows[slot : slot + 1].copy()
         return self.rows[self.rng.integers(0, self.size, size=k)]
 
     def get_state(self) -> dict[str, Any]:
