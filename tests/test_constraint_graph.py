@@ -237,6 +237,39 @@ def test_every_run_draws_its_candidates_as_a_call_per_pool_would() -> None:
     assert g.rng.bit_generator.state == reference.bit_generator.state
 
 
+class _ScanningAfresh(ConstraintGraph):
+    """Mining as it was before scans were kept: every run scans the held items."""
+
+    def _scan(self, own, linked, held):
+        return np.flatnonzero(held == own), np.flatnonzero(self._linked_mask(linked, held))
+
+
+@pytest.mark.parametrize("capacity, knowledge", [(8, 24), (32, 64), (64, 400), (200, 400)])
+def test_kept_scans_mine_what_scanning_afresh_mines(capacity: int, knowledge: int) -> None:
+    """A component's scanned positives and negatives are kept until something held moves:
+    through holds, releases, merges, new links, forgetting, compaction and a checkpoint, mining
+    with them takes the triplets and draws that scanning every time takes."""
+    kept = ConstraintGraph(capacity, 1, 1, 2, np.random.default_rng(9), knowledge=knowledge)
+    fresh = _ScanningAfresh(capacity, 1, 1, 2, np.random.default_rng(9), knowledge=knowledge)
+    rng = np.random.default_rng(10)
+    reused = 0
+    for i in range(600):
+        triplet = tuple(rng.integers(0, 80, size=3).astype(float))
+        observe(kept, triplet)
+        observe(fresh, triplet)
+        for _ in range(int(rng.integers(0, 3))):  # mining between observations, often
+            revision, scans = kept.held_revision, len(kept._scans)
+            k = int(rng.integers(1, 6))
+            got, want = kept.take(k, np.ones(1), 4), fresh.take(k, np.ones(1), 4)
+            assert np.array_equal(got[1], want[1]), f"after triplet {i}"
+            reused += revision == kept._scans_revision and scans > 0
+        if i % 150 == 149:  # a checkpoint renumbers the components
+            kept.set_state(kept.get_state())
+            fresh.set_state(fresh.get_state())
+    assert kept.rng.bit_generator.state == fresh.rng.bit_generator.state
+    assert reused > 0  # the kept scans were used, not only rebuilt
+
+
 def _held_links_as_derived(g: ConstraintGraph) -> dict[int, set[int]]:
     return {root: {o for o in g.links.get(root, ()) if o in g.members} for root in g.members}
 

@@ -116,6 +116,12 @@ class ConstraintGraph(GraphMining):
         self.seen = 0  # distinct items offered to the reservoir while not held
         # Scratch flags by component id, all False between uses (see _linked_mask).
         self._flags = np.zeros(1024, dtype=bool)
+        # Counts changes to what mining scans (the held items' components and the links between
+        # held components), so that a component's scanned positives and negatives are reused
+        # while it has not moved (see GraphMining.runs).
+        self.held_revision = 0
+        self._scans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._scans_revision = -1
         # Mined triplets not taken yet: their slots and the keys of the items in them then.
         self.waiting = np.zeros((0, 3), np.int64)
         self.waiting_keys = np.zeros((0, 3), np.int64)
@@ -340,6 +346,7 @@ class ConstraintGraph(GraphMining):
         held[:] = [renumber[r] for r in held.tolist()]
         self.parent = {}
         self.next_component = len(renumber)
+        self.held_revision += 1
 
     def hold_up_to(self, limit: int) -> None:
         """Hold up to ``limit`` items (at most ``capacity``) from now on; the reservoir never
@@ -374,6 +381,7 @@ class ConstraintGraph(GraphMining):
         root = self._find(self.known[key])
         self.keys[slot] = key
         self.component[slot] = root
+        self.held_revision += 1
         if root not in self.members:
             self._start_holding(root)
         self.members[root] = self.members.get(root, 0) + 1
@@ -399,6 +407,7 @@ class ConstraintGraph(GraphMining):
         del self.slot_of[int(self.keys[slot])]
         root = int(self.component[slot])
         self.component[slot] = _NO_COMPONENT
+        self.held_revision += 1
         self.members[root] -= 1
         if not self.members[root]:
             self._stop_holding(root)
@@ -423,6 +432,7 @@ class ConstraintGraph(GraphMining):
         if b in self.members:
             held = self.component[: self.size]
             held[held == b] = a
+            self.held_revision += 1
             n_held = self.members[b]
             self._stop_holding(b)
             if a not in self.members:
@@ -441,9 +451,10 @@ class ConstraintGraph(GraphMining):
             return
         self.links.setdefault(a, set()).add(b)
         self.links.setdefault(b, set()).add(a)
-        if a in self.members and b in self.members:
+        if a in self.members and b in self.members and b not in self.held_links[a]:
             self.held_links[a].add(b)
             self.held_links[b].add(a)
+            self.held_revision += 1
 
     # ------------------------------------------------------------------ state
     def get_state(self) -> dict[str, Any]:
@@ -469,6 +480,7 @@ class ConstraintGraph(GraphMining):
                 f"{self.rows.shape[1]}, got {tuple(state['rows'].shape)}"
             )
         self.restores += 1
+        self.held_revision += 1
         self.known = {int(key): int(root) for key, root in state["known"].tolist()}
         self.parent = {}
         roots = list(self.known.values())

@@ -40,7 +40,10 @@ class GraphMining:
     held_links: dict[int, set[int]]
     waiting: np.ndarray
     waiting_keys: np.ndarray
+    held_revision: int
     _flags: np.ndarray
+    _scans: dict[int, tuple[np.ndarray, np.ndarray]]
+    _scans_revision: int
 
     def mine(self, k: int, alpha: np.ndarray, candidates: int) -> tuple[np.ndarray, np.ndarray]:
         """Up to ``k`` triplets (n, 3, d) mined as the module describes, with their items' slots
@@ -83,6 +86,9 @@ class GraphMining:
         for position, root in enumerate(held[anchors].tolist()):
             groups.setdefault(root, []).append(position)
         members, held_links = self.members, self.held_links
+        if self._scans_revision != self.held_revision:  # something held moved: scan afresh
+            self._scans.clear()
+            self._scans_revision = self.held_revision
         run_anchors: list[np.ndarray] = []  # each run's positions among the draws
         pools: list[tuple[np.ndarray, np.ndarray]] = []  # its positives and negatives
         for own, positions in groups.items():
@@ -90,10 +96,9 @@ class GraphMining:
             # Without another held item of its component there is no positive: skip the scans.
             if not linked or members[own] < 2:
                 continue
-            negatives = np.flatnonzero(self._linked_mask(linked, held))
+            positives, negatives = self._scan(own, linked, held)
             if not len(negatives):  # its known-dissimilar components are not held now
                 continue
-            positives = np.flatnonzero(held == own)
             # At most MINE_AHEAD anchors share one draw of candidates, however many a
             # micro-batch mines from the component: each meets as many different ones as
             # strict mining gives it.
@@ -102,6 +107,20 @@ class GraphMining:
                 pools.append((positives, negatives))
         for group, drawn in zip(run_anchors, self._draw(pools, candidates), strict=True):
             yield group, anchors[group], drawn
+
+    def _scan(self, own: int, linked: set[int], held: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The held slots of component ``own`` and of the components ``linked`` to it, in slot
+        order: two passes over the held items, which late in a stream cost a strict update more
+        than its ranking. They are kept until something held moves (``held_revision``): once
+        the reservoir is full an item is placed ever more rarely, and most draws of anchors
+        find their components as the last one left them. Read-only: every run shares them."""
+        scan = self._scans.get(own)
+        if scan is None:
+            positives = np.flatnonzero(held == own)
+            negatives = np.flatnonzero(self._linked_mask(linked, held))
+            positives.flags.writeable = negatives.flags.writeable = False
+            scan = self._scans[own] = (positives, negatives)
+        return scan
 
     def _draw(
         self, pools: list[tuple[np.ndarray, np.ndarray]], candidates: int
