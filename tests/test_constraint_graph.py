@@ -5,8 +5,9 @@ import copy
 import numpy as np
 import pytest
 
+from oahu.learners.oahu import graph_mining
 from oahu.learners.oahu.constraint_graph import ConstraintGraph
-from oahu.learners.oahu.graph_mining import MINE_AHEAD
+from oahu.learners.oahu.graph_mining import KEPT_SCANS, MINE_AHEAD
 from oahu.learners.oahu.item_keys import row_keys
 
 
@@ -244,11 +245,24 @@ class _ScanningAfresh(ConstraintGraph):
         return np.flatnonzero(held == own), np.flatnonzero(self._linked_mask(linked, held))
 
 
-@pytest.mark.parametrize("capacity, knowledge", [(8, 24), (32, 64), (64, 400), (200, 400)])
-def test_kept_scans_mine_what_scanning_afresh_mines(capacity: int, knowledge: int) -> None:
+@pytest.mark.parametrize(
+    "capacity, knowledge, kept_at_most",
+    [
+        (8, 24, KEPT_SCANS),
+        (32, 64, KEPT_SCANS),
+        (64, 400, KEPT_SCANS),
+        (200, 400, KEPT_SCANS),
+        (200, 400, 2),
+    ],
+)
+def test_kept_scans_mine_what_scanning_afresh_mines(
+    capacity: int, knowledge: int, kept_at_most: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A component's scanned positives and negatives are kept until something held moves:
     through holds, releases, merges, new links, forgetting, compaction and a checkpoint, mining
-    with them takes the triplets and draws that scanning every time takes."""
+    with them takes the triplets and draws that scanning every time takes; with room for fewer
+    components than it draws, it forgets the oldest and stays within the bound."""
+    monkeypatch.setattr(graph_mining, "KEPT_SCANS", kept_at_most)
     kept = ConstraintGraph(capacity, 1, 1, 2, np.random.default_rng(9), knowledge=knowledge)
     fresh = _ScanningAfresh(capacity, 1, 1, 2, np.random.default_rng(9), knowledge=knowledge)
     rng = np.random.default_rng(10)
@@ -262,6 +276,7 @@ def test_kept_scans_mine_what_scanning_afresh_mines(capacity: int, knowledge: in
             k = int(rng.integers(1, 6))
             got, want = kept.take(k, np.ones(1), 4), fresh.take(k, np.ones(1), 4)
             assert np.array_equal(got[1], want[1]), f"after triplet {i}"
+            assert len(kept._scans) <= kept_at_most
             reused += revision == kept._scans_revision and scans > 0
         if i % 150 == 149:  # a checkpoint renumbers the components
             kept.set_state(kept.get_state())

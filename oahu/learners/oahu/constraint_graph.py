@@ -118,7 +118,7 @@ class ConstraintGraph(GraphMining):
         self._flags = np.zeros(1024, dtype=bool)
         # Counts changes to what mining scans (the held items' components and the links between
         # held components), so that a component's scanned positives and negatives are reused
-        # while it has not moved (see GraphMining.runs).
+        # while it has not moved (see GraphMining._scan).
         self.held_revision = 0
         self._scans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._scans_revision = -1

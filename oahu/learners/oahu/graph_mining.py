@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["MINE_AHEAD", "GraphMining", "MiningRun"]
+__all__ = ["KEPT_SCANS", "MINE_AHEAD", "GraphMining", "MiningRun"]
 
 # A run of anchors of one component that share one draw of candidates: their positions among
 # the draws, their slots, and the drawn (positives, negatives) slots.
@@ -21,6 +21,10 @@ MiningRun = tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]
 # component once for all of them. The triplets not taken yet wait, ranked by embeddings at most
 # a few updates older than a triplet mined on the spot would be.
 MINE_AHEAD = 32
+# Components whose scans are kept at most (the oldest forgotten first): each holds up to two
+# arrays of the held items' slots, 128 KiB at 16,384 items, and a graph where nothing held moves
+# for long would otherwise keep one per component it ever drew.
+KEPT_SCANS = 64
 
 
 class GraphMining:
@@ -119,6 +123,8 @@ class GraphMining:
             positives = np.flatnonzero(held == own)
             negatives = np.flatnonzero(self._linked_mask(linked, held))
             positives.flags.writeable = negatives.flags.writeable = False
+            if len(self._scans) >= KEPT_SCANS:
+                del self._scans[next(iter(self._scans))]
             scan = self._scans[own] = (positives, negatives)
         return scan
 
