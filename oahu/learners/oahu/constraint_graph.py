@@ -114,17 +114,9 @@ class ConstraintGraph(GraphMining):
         self.held_links: dict[int, set[int]] = {}
         self.size = 0  # items held
         self.seen = 0  # distinct items offered to the reservoir while not held
-        # Scratch flags by component id, all False between uses (see _linked_mask).
-        self._flags = np.zeros(1024, dtype=bool)
-        # Counts changes to what mining scans (the held items' components and the links between
-        # held components), so that a component's scanned positives and negatives are reused
-        # while it has not moved (see GraphMining._scan).
+        # Changes to what mining scans: held items' components, links between held components.
         self.held_revision = 0
-        self._scans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._scans_revision = -1
-        # Mined triplets not taken yet: their slots and the keys of the items in them then.
-        self.waiting = np.zeros((0, 3), np.int64)
-        self.waiting_keys = np.zeros((0, 3), np.int64)
+        super().__init__()
         self.restores = 0  # times set_state replaced everything (a copy elsewhere is stale)
 
     # ------------------------------------------------------------------ knowledge

@@ -31,7 +31,7 @@ class GraphMining:
     """The mining half of :class:`~oahu.learners.oahu.constraint_graph.ConstraintGraph`, which
     inherits it; its methods read the graph's held items, components and links."""
 
-    # What the graph keeps and mining reads (and, for ``waiting`` and ``_flags``, writes).
+    # What the graph keeps and mining reads.
     rng: np.random.Generator
     size: int
     next_component: int
@@ -42,12 +42,17 @@ class GraphMining:
     links: dict[int, set[int]]
     members: dict[int, int]
     held_links: dict[int, set[int]]
-    waiting: np.ndarray
-    waiting_keys: np.ndarray
     held_revision: int
-    _flags: np.ndarray
-    _scans: dict[int, tuple[np.ndarray, np.ndarray]]
-    _scans_revision: int
+
+    def __init__(self) -> None:
+        # Mining's own state: triplets mined and not taken yet (their slots, and the keys of the
+        # items in them then), scratch flags by component id (all False between uses, see
+        # _linked_mask) and the scans kept while ``held_revision`` stands (see _scan).
+        self.waiting = np.zeros((0, 3), np.int64)
+        self.waiting_keys = np.zeros((0, 3), np.int64)
+        self._flags = np.zeros(1024, dtype=bool)
+        self._scans: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._scans_revision = -1
 
     def mine(self, k: int, alpha: np.ndarray, candidates: int) -> tuple[np.ndarray, np.ndarray]:
         """Up to ``k`` triplets (n, 3, d) mined as the module describes, with their items' slots
