@@ -128,8 +128,10 @@ def test_a_micro_batch_replays_and_mines_in_proportion_to_its_size(triplets) -> 
     step = model.update_step
     new = step.project(triplets[:8])
     rows, slots = step.with_memories(new)
-    assert model.config.replay == 1 and model.config.mined == 2
-    assert rows.shape[0] == 8 + 8 + len(slots) and 8 <= len(slots) <= 16
+    # "auto" mines four per constraint for these 12 features
+    assert model.config.replay == 1 and model.config.mined == "auto"
+    assert step.config.mined == 4
+    assert rows.shape[0] == 8 + 8 + len(slots) and 8 <= len(slots) <= 32
 
 
 def test_a_micro_batch_hedges_once_per_constraint(triplets) -> None:
@@ -246,6 +248,38 @@ def test_config_errors_name_the_field() -> None:
         OAHU(4, replay=-1)
     with pytest.raises(ValueError, match="item_memory: must be an integer >= 1, got 0"):
         OAHU(4, item_memory=0)
+    with pytest.raises(ValueError, match="mined: must be an integer >= 0, got -1"):
+        OAHU(4, mined=-1)
+    with pytest.raises(ValueError, match="mined: must be an integer >= 0, got 'many'"):
+        OAHU(4, mined="many")
+
+
+@pytest.mark.parametrize(
+    ("n_features", "mined", "learned_with"),
+    [
+        (12, "auto", 4),
+        (200, "auto", 4),
+        (201, "auto", 2),
+        (784, "auto", 2),
+        (12, 3, 3),
+        (784, 0, 0),
+    ],
+)
+def test_auto_mines_four_triplets_up_to_200_features_and_two_above(
+    n_features, mined, learned_with, tmp_path
+) -> None:
+    """The update step learns with the count; the learner's parameters keep what was asked,
+    so that a saved model rebuilds the same choice."""
+    model = OAHU(n_features, mined=mined, preprocess="none", hidden_width=8, device="cpu")
+    assert model.update_step.config.mined == learned_with
+    assert model.get_params()["mined"] == mined
+    rng = np.random.default_rng(0)
+    a, p, n = rng.random((3, 30, n_features), dtype=np.float32)
+    model.learn_triplets(a, p, n)
+    save_learner(model, tmp_path / "m.oahu")
+    restored, _ = load_learner(tmp_path / "m.oahu")
+    assert restored.update_step.config.mined == learned_with
+    assert restored.get_params()["mined"] == mined
 
 
 def test_paper_preset_is_section_4_3_2() -> None:

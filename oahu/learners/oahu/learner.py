@@ -175,8 +175,10 @@ class OAHU(Learner):
         self._head0_prepared = self.config.head0_init != "pca"
         self._rng = np.random.default_rng([self.config.seed, _MEMORY_SEED])
         self.prequential = PrequentialAccuracy(self.config.n_depths, self.config.prequential_window)
+        # The step learns with "auto" settled by the items' own dimension; the learner's
+        # parameters keep "auto", so that a checkpoint rebuilds the same choice.
         self.update_step = UpdateStep(
-            self.config,
+            self.config.replace(mined=self.config.mined_for(n_features)),
             self.network,
             self.input_scaler,
             LOSSES[self.config.loss].from_config(self.config),
