@@ -2,6 +2,7 @@
 for oahu's default learner (replay, mining, prequential accuracy, the step-size decay)."""
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -248,10 +249,10 @@ def test_config_errors_name_the_field() -> None:
         OAHU(4, replay=-1)
     with pytest.raises(ValueError, match="item_memory: must be an integer >= 1, got 0"):
         OAHU(4, item_memory=0)
-    with pytest.raises(ValueError, match="mined: must be an integer >= 0, got -1"):
-        OAHU(4, mined=-1)
-    with pytest.raises(ValueError, match="mined: must be an integer >= 0, got 'many'"):
-        OAHU(4, mined="many")
+    for wrong in (-1, "many", "AUTO", 2.5, True):
+        message = f"mined: must be 'auto' or an integer >= 0, got {wrong!r}"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            OAHU(4, mined=wrong)
 
 
 @pytest.mark.parametrize(

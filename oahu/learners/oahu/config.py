@@ -223,7 +223,12 @@ class OAHUConfig:
         for field in ("residual_heads", "self_paced"):
             check_bool(getattr(self, field), field)
         if self.mined != AUTO:
-            check_int(self.mined, "mined", 0)
+            try:
+                check_int(self.mined, "mined", 0)
+            except ValueError:
+                raise ValueError(
+                    f"mined: must be 'auto' or an integer >= 0, got {self.mined!r}"
+                ) from None
         adaptation_steps(self.drift_adaptation)
         check_preprocess(self.preprocess)
         if self.embedding_dim and self.head0_components > self.embedding_dim:
