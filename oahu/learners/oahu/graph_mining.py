@@ -16,9 +16,9 @@ __all__ = ["KEPT_SCANS", "MINE_AHEAD", "GraphMining", "MiningRun"]
 # A run of anchors of one component that share one draw of candidates: their positions among
 # the draws, their slots, and the drawn (positives, negatives) slots.
 MiningRun = tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]
-# Anchors drawn at once when an update takes fewer mined triplets (a strict step takes two): most
-# of mining's cost is per component scanned, and one draw of MINE_AHEAD anchors scans each
-# component once for all of them. The triplets not taken yet wait, ranked by embeddings at most
+# Anchors drawn at once when an update takes fewer mined triplets (a strict step takes two, or
+# four): most of mining's cost is per component scanned, and one draw of MINE_AHEAD anchors scans
+# each component once for all of them. The triplets not taken yet wait, ranked by embeddings at most
 # a few updates older than a triplet mined on the spot would be.
 MINE_AHEAD = 32
 # Components whose scans are kept at most (the oldest forgotten first): each holds up to two
