@@ -144,9 +144,9 @@ class OAHUConfig:
     # γ = γ0·β^r after r rounds of ``pace_round`` constraints; ``pace_clusters`` clusters of
     # river's online k-means. λ0 and γ0 were chosen on development seed 100 (Fashion-MNIST,
     # 10,000 constraints, clean and 20% flipped; λ0 in {0.05, 0.2, 0.4}). Off by default: on
-    # clean streams it ties (Fashion-MNIST) or wins by less than one test item in 899 (digits),
-    # and it costs 13-18% of the throughput; on noisy digits streams it halves what the noise
-    # costs (benchmarks/README.md, "Label noise").
+    # clean streams it ties (Fashion-MNIST and digits), and it costs 13-18% of the throughput;
+    # on noisy digits streams it cuts what 20-40% wrong constraints cost in three settings of
+    # four (benchmarks/README.md, "Label noise").
     self_paced: bool = False
     pace_start: float = 0.4
     pace_diversity: float = 0.1
