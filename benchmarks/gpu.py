@@ -114,7 +114,8 @@ def flops_per_triplet(model: OAHU) -> int:
     """FLOPs an update spends per new triplet: its rows are the new triplet, ``replay``
     replayed and ``mined`` mined ones, three items each. An upper bound: an update whose
     margin loss is zero on every row takes no backward pass."""
-    rows = 1 + model.config.replay + model.update_step.config.mined
+    config = model.update_step.config  # the counts the step learns with ("auto" settled)
+    rows = 1 + config.replay + config.mined
     return 3 * rows * flops_per_item(model)
 
 
