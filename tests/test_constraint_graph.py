@@ -7,7 +7,7 @@ import pytest
 
 from oahu.learners.oahu import graph_mining
 from oahu.learners.oahu.constraint_graph import ConstraintGraph
-from oahu.learners.oahu.graph_mining import KEPT_SCANS, MINE_AHEAD
+from oahu.learners.oahu.graph_mining import KEPT_SCANS, RUN_ANCHORS
 from oahu.learners.oahu.item_keys import row_keys
 
 
@@ -274,7 +274,7 @@ def test_kept_scans_mine_what_scanning_afresh_mines(
         for _ in range(int(rng.integers(0, 3))):  # mining between observations, often
             revision, scans = kept.held_revision, len(kept._scans)
             k = int(rng.integers(1, 6))
-            got, want = kept.take(k, np.ones(1), 4), fresh.take(k, np.ones(1), 4)
+            got, want = kept.take(k, np.ones(1), 4, 8), fresh.take(k, np.ones(1), 4, 8)
             assert np.array_equal(got[1], want[1]), f"after triplet {i}"
             assert len(kept._scans) <= kept_at_most
             reused += revision == kept._scans_revision and scans > 0
@@ -311,19 +311,19 @@ def test_a_strict_step_takes_triplets_mined_ahead_and_drops_those_whose_items_le
     rng = np.random.default_rng(6)
     for _ in range(40):
         observe(g, tuple(rng.integers(0, 30, size=3).astype(float)))
-    rows, slots = g.take(2, np.ones(1), 8)
+    rows, slots = g.take(2, np.ones(1), 8, 32)
     assert len(slots) == 2 and np.array_equal(rows, g.rows[slots])
-    # One draw of MINE_AHEAD anchors served this take; the rest wait, and the next takes draw
-    # nothing from the generator until they run out.
+    # One draw of 32 anchors served this take; the rest wait, and the next takes draw nothing
+    # from the generator until they run out.
     waiting = len(g.waiting)
-    assert waiting >= 2
+    assert 2 <= waiting <= 30
     state = g.rng.bit_generator.state
-    _, second = g.take(2, np.ones(1), 8)
+    _, second = g.take(2, np.ones(1), 8, 32)
     assert len(second) == 2
     assert g.rng.bit_generator.state == state and len(g.waiting) == waiting - 2
     # A waiting triplet whose item's slot now holds another item is not learned.
     g.waiting_keys[0, 1] += 1  # as if its positive's slot had been given to another item
-    _, third = g.take(1, np.ones(1), 8)
+    _, third = g.take(1, np.ones(1), 8, 32)
     assert len(third) == 0
     # Waiting triplets survive a checkpoint.
     restored = graph(capacity=64, seed=1)
@@ -332,8 +332,27 @@ def test_a_strict_step_takes_triplets_mined_ahead_and_drops_those_whose_items_le
     assert np.array_equal(restored.waiting_keys, g.waiting_keys)
 
 
-def test_anchors_of_one_component_share_a_draw_of_candidates_in_groups_of_mine_ahead() -> None:
-    """A micro-batch mines hundreds of triplets from one component; each MINE_AHEAD of its
+@pytest.mark.parametrize("ahead", [8, 32, 128])
+def test_mining_further_ahead_draws_anchors_less_often(ahead: int) -> None:
+    """Strict updates taking two triplets each draw anchors (and scan, draw and gather
+    candidates) once per ``ahead`` anchors, and take two every time."""
+    g = graph(capacity=64, seed=1)
+    rng = np.random.default_rng(6)
+    for _ in range(40):
+        observe(g, tuple(rng.integers(0, 30, size=3).astype(float)))
+    draws, state = 0, g.rng.bit_generator.state
+    for _ in range(64):
+        _, slots = g.take(2, np.ones(1), 8, ahead)
+        assert len(slots) == 2
+        draws += g.rng.bit_generator.state != state
+        state = g.rng.bit_generator.state
+    # 128 triplets: a draw of ``ahead`` anchors gives at most ``ahead`` of them, and here at
+    # least half (an anchor with no held similar item gives none).
+    assert 128 // ahead <= draws <= 2 * 128 // ahead
+
+
+def test_anchors_of_one_component_share_a_draw_of_candidates_in_groups_of_run_anchors() -> None:
+    """A micro-batch mines hundreds of triplets from one component; each RUN_ANCHORS of its
     anchors draw their own candidates, so they do not all meet the same few."""
     g = graph(capacity=256, seed=4)
     rng = np.random.default_rng(8)
@@ -346,7 +365,7 @@ def test_anchors_of_one_component_share_a_draw_of_candidates_in_groups_of_mine_a
     assert len(triplets) == 320
     # With one draw of 4 candidates per component, at most 4 negatives per class could appear.
     negatives_of_low = {float(v) for v in triplets[triplets[:, 0, 0] < 75][:, 2, 0]}
-    assert 4 < len(negatives_of_low) <= 4 * -(-320 // MINE_AHEAD)
+    assert 4 < len(negatives_of_low) <= 4 * -(-320 // RUN_ANCHORS)
 
 
 def test_a_reservoir_that_grows_fills_its_new_slots_then_samples_with_the_larger_k() -> None:

@@ -467,6 +467,26 @@ def test_an_older_checkpoint_keeps_its_fixed_reservoir(triplets) -> None:
     assert rebuilt.update_step.graph.held_limit == params["item_memory"]
 
 
+def test_an_older_checkpoint_keeps_mining_32_anchors_ahead(triplets) -> None:
+    """A default learner saved before ``mine_ahead`` existed mined 32 anchors at a time: rebuilt
+    from its params it still does, and learns as a learner built with ``mine_ahead=32``; a
+    learner mining further ahead draws less often and learns another model. Zero is refused,
+    naming the field."""
+    params = small().get_params()
+    del params["mine_ahead"]
+    rebuilt = OAHU(D, **OAHU.migrate_params(params))
+    assert rebuilt.config.mine_ahead == 32
+    rebuilt.prepare(ITEMS)
+    explicit, further = small(mine_ahead=32), small(mine_ahead=128)
+    for model in (rebuilt, explicit, further):
+        learn(model, triplets)
+        learn(model, triplets)
+    assert_same_model(rebuilt, explicit)
+    assert not torch.equal(further.network.head0, explicit.network.head0)
+    with pytest.raises(ValueError, match=r"mine_ahead.*0"):
+        OAHU(D, mine_ahead=0)
+
+
 @pytest.mark.parametrize("engine, batch_size", [("update", 64), ("device", 1), ("device", 64)])
 def test_the_graph_knows_an_item_once_however_the_stream_is_cut(engine, batch_size) -> None:
     """A block's projection rounds an item's row by how many rows it projects at once; the

@@ -122,6 +122,10 @@ class OAHUConfig:
     # large a reservoir twice as large leaves it too old. 0 = ``item_memory`` from the start.
     early_item_memory: int = 8192
     mining_candidates: int = 128
+    # Anchors mined at once when an update takes fewer triplets (a strict one takes two or
+    # four; ours, docs/algorithms.md "Mining"): the rest wait for the next updates, so that the
+    # scans and the gathered candidates of a draw serve many updates.
+    mine_ahead: int = 32
     # Items whose component the constraint graph remembers, so that similarity carries over
     # through items that are not among the ``item_memory`` held for mining.
     graph_memory: int = 200_000
@@ -174,6 +178,7 @@ class OAHUConfig:
             ("embedding_dim", 0),
             ("replay", 0),
             ("mining_candidates", 0),
+            ("mine_ahead", 1),
             ("replay_memory", 1),
             ("item_memory", 1),
             ("early_item_memory", 0),

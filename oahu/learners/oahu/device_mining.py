@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from oahu.learners.oahu.constraint_graph import ConstraintGraph
-from oahu.learners.oahu.graph_mining import MINE_AHEAD, MiningRun
+from oahu.learners.oahu.graph_mining import RUN_ANCHORS, MiningRun
 from oahu.learners.oahu.host_transfers import HostBuffers
 
 __all__ = ["DeviceMining", "MiningCandidates"]
@@ -170,7 +170,7 @@ class DeviceMining:
         self.valid.zero_()
         pool = 2 * candidates if candidates else 0  # 0: every run's whole draw
         drawn = MiningCandidates.from_runs(
-            list(graph.runs(len(into), candidates)), MINE_AHEAD, pool
+            list(graph.runs(len(into), candidates)), RUN_ANCHORS, pool
         )
         if not len(drawn.anchors):
             return

@@ -11,16 +11,15 @@ from collections.abc import Iterator
 
 import numpy as np
 
-__all__ = ["KEPT_SCANS", "MINE_AHEAD", "GraphMining", "MiningRun"]
+__all__ = ["KEPT_SCANS", "RUN_ANCHORS", "GraphMining", "MiningRun"]
 
 # A run of anchors of one component that share one draw of candidates: their positions among
 # the draws, their slots, and the drawn (positives, negatives) slots.
 MiningRun = tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]
-# Anchors drawn at once when an update takes fewer mined triplets (a strict step takes two, or
-# four): most of mining's cost is per component scanned, and one draw of MINE_AHEAD anchors scans
-# each component once for all of them. The triplets not taken yet wait, ranked by embeddings at most
-# a few updates older than a triplet mined on the spot would be.
-MINE_AHEAD = 32
+# Anchors of one component that share one draw of candidates at most: a micro-batch mines
+# hundreds of triplets from one component, and each RUN_ANCHORS of them meet candidates of their
+# own, as many different ones as strict mining gives an anchor.
+RUN_ANCHORS = 32
 # Components whose scans are kept at most (the oldest forgotten first): each holds up to two
 # arrays of the held items' slots, 128 KiB at 16,384 items, and a graph where nothing held moves
 # for long would otherwise keep one per component it ever drew.
@@ -61,7 +60,7 @@ class GraphMining:
         skipped, so fewer (or none) may come back.
 
         Anchors of one component share one scan of the reservoir for its positives and
-        negatives, and up to ``MINE_AHEAD`` of them one draw of candidates, ranked with one
+        negatives, and up to ``RUN_ANCHORS`` of them one draw of candidates, ranked with one
         matrix product, so that a step mining hundreds of triplets (a micro-batch's) costs a few
         products per component rather than a pass of Python per triplet.
         """
@@ -108,11 +107,10 @@ class GraphMining:
             positives, negatives = self._scan(own, linked, held)
             if not len(negatives):  # its known-dissimilar components are not held now
                 continue
-            # At most MINE_AHEAD anchors share one draw of candidates, however many a
-            # micro-batch mines from the component: each meets as many different ones as
-            # strict mining gives it.
-            for share in range(0, len(positions), MINE_AHEAD):
-                run_anchors.append(np.asarray(positions[share : share + MINE_AHEAD]))
+            # At most RUN_ANCHORS anchors share one draw of candidates, however many a
+            # micro-batch mines from the component.
+            for share in range(0, len(positions), RUN_ANCHORS):
+                run_anchors.append(np.asarray(positions[share : share + RUN_ANCHORS]))
                 pools.append((positives, negatives))
         for group, drawn in zip(run_anchors, self._draw(pools, candidates), strict=True):
             yield group, anchors[group], drawn
@@ -177,13 +175,21 @@ class GraphMining:
         triplets = np.stack([anchors, positives[best], nearest_negative], axis=1)
         return triplets[has_positive], has_positive
 
-    def take(self, k: int, alpha: np.ndarray, candidates: int) -> tuple[np.ndarray, np.ndarray]:
+    def take(
+        self, k: int, alpha: np.ndarray, candidates: int, ahead: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``k`` mined triplets (n, 3, d) and their slots (n, 3), fewer when the graph does not
-        reveal enough: the oldest waiting ones first, after mining at least ``MINE_AHEAD``
-        anchors when too few wait. A waiting triplet whose slots changed hands since it was
-        mined is dropped."""
+        reveal enough: the oldest waiting ones first, after mining at least ``ahead`` anchors
+        when too few wait. A waiting triplet whose slots changed hands since it was mined is
+        dropped.
+
+        Mining ahead is what keeps a strict update's mining cheap (it takes two or four
+        triplets): most of mining's cost is per component scanned and per draw of candidates
+        gathered, and one draw of ``ahead`` anchors pays it once for all of them, which wait,
+        ranked by embeddings at most ``ahead / k`` updates older than mining on the spot would
+        use (``OAHUConfig.mine_ahead``)."""
         if len(self.waiting) < k:
-            _, slots = self.mine(max(k - len(self.waiting), MINE_AHEAD), alpha, candidates)
+            _, slots = self.mine(max(k - len(self.waiting), ahead), alpha, candidates)
             self.waiting = np.concatenate([self.waiting, slots])
             self.waiting_keys = np.concatenate([self.waiting_keys, self.keys[slots]])
         slots, keys = self.waiting[:k], self.waiting_keys[:k]

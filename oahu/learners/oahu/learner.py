@@ -75,7 +75,12 @@ _FIELDS_OF_THE_DEFAULT_LEARNER = frozenset(
 )
 # OAHUConfig's fields added to the default learner since, with the value that reproduces how a
 # checkpoint written before them learned.
-_FIELDS_ADDED_LATER = {"lr_floor": 0.0, "early_item_memory": 0, "max_update_size": 0}
+_FIELDS_ADDED_LATER = {
+    "lr_floor": 0.0,
+    "early_item_memory": 0,
+    "max_update_size": 0,
+    "mine_ahead": 32,
+}
 
 
 class OAHU(Learner):
@@ -240,7 +245,7 @@ class OAHU(Learner):
         >>> OAHU.migrate_params({"preset": None, "loss": "margin", "lr_floor": 0.5})
         ... # doctest: +NORMALIZE_WHITESPACE
         {'preset': None, 'loss': 'margin', 'lr_floor': 0.5, 'early_item_memory': 0,
-         'max_update_size': 0}
+         'max_update_size': 0, 'mine_ahead': 32}
         >>> OAHU.migrate_params({"preset": None, "loss": "margin"})["lr_floor"]
         0.0
         """

@@ -250,8 +250,9 @@ class UpdateStep:
         if self.config.mined:
             # Mining ranks candidates with α as float32 on the CPU, float64 from a device.
             alpha = self.alpha if self.on_host else np.asarray(self.alpha.cpu(), np.float64)
+            config = self.config
             mined, slots = self.graph.take(
-                self.config.mined * n_new, alpha, self.config.mining_candidates
+                config.mined * n_new, alpha, config.mining_candidates, config.mine_ahead
             )
             parts.append(mined if n_roles == 3 else mined[:, TRIPLET_AS_QUADRUPLET])
         return (concat(parts, axis=0) if len(parts) > 1 else new), slots
