@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.stream_runs import same_learner
 from oahu.experiments.evaluation import classification_quality
 from oahu.experiments.stream_replay import replay
 from oahu.learner import Learner
@@ -154,8 +155,8 @@ def run_cached(
     if path.exists():
         cached = json.loads(path.read_text())
         has_sizes = {p["constraints"] for p in cached["points"]} >= set(sizes)
-        same_learner = cached.get("learner_params") == learner_params(label)
-        if same_learner and (has_sizes or cached["learner"] in INDEPENDENT_OF_N):
+        today = same_learner(cached.get("learner_params"), *LEARNERS[label])
+        if today and (has_sizes or cached["learner"] in INDEPENDENT_OF_N):
             return cached
     result = run_one(dataset, label, seed, sizes)
     runs.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 from oahu.experiments.evaluation import Evaluation, evaluate
 from oahu.learner import Learner
-from oahu.registry import make_learner
+from oahu.registry import learner_class, make_learner
 from oahu.streams.stream_file import ConstraintStream
 
 
@@ -39,13 +39,11 @@ def cached_run(
     path: Path, learner: tuple[str, dict[str, Any]] | None, run: Callable[[], dict[str, Any]]
 ) -> dict[str, Any]:
     """The run stored at ``path`` if it was made with the parameters ``learner`` (registered
-    name, constructor parameters) has today, or whatever it holds when ``learner`` is None (a
-    reference outside the registry); otherwise ``run()``, stored there."""
+    name, constructor parameters) has today (:func:`same_learner`), or whatever it holds when
+    ``learner`` is None (a reference outside the registry); otherwise ``run()``, stored there."""
     if path.exists():
         cached = json.loads(path.read_text())
-        if learner is None:
-            return cached
-        if cached.get("learner_params") == probed_params(*learner):
+        if learner is None or same_learner(cached.get("learner_params"), *learner):
             return cached
     result = run()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,10 +51,22 @@ def cached_run(
     return result
 
 
+def same_learner(stored: dict[str, Any] | None, name: str, params: dict[str, Any]) -> bool:
+    """Whether a run that stored the constructor parameters ``stored`` was made by learner
+    ``name`` built with ``params`` today. ``stored`` is read as a checkpoint's parameters are
+    (the class's ``migrate_params``): a run made before a parameter existed learned as that
+    parameter's migrated value does, so it stands for a learner built with that value, and not
+    for one built with a new default."""
+    if stored is None:
+        return False
+    migrated = json.loads(json.dumps(learner_class(name).migrate_params(stored), default=str))
+    return migrated == probed_params(name, params)
+
+
 def probed_params(name: str, params: dict[str, Any]) -> dict[str, Any]:
     """Every constructor parameter of learner ``name`` built with ``params`` (defaults filled
     in), as JSON gives them back: what a cached run stores to be checked against."""
-    return json.loads(json.dumps(make_learner(name, 4, **params).get_params()))
+    return json.loads(json.dumps(make_learner(name, 4, **params).get_params(), default=str))
 
 
 def run_all(

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from scipy.stats import ttest_ind
 
-from benchmarks.stream_runs import probed_params
+from benchmarks.stream_runs import probed_params, same_learner
 from oahu.settings import split_setting
 from oahu.streams.datasets import DATASETS
 from oahu.streams.protocol import SPLITS
@@ -194,12 +194,15 @@ def run_cached(command: list[str], path: Path) -> dict[str, Any]:
     learner's defaults were today's, else run it and store ``{"command", "learner_defaults",
     "result", "wall_seconds", "loadavg_before", "loadavg_after"}``. The command names only
     what a row sets, so a changed default would otherwise be read back from runs made before
-    it; a record from before defaults were stored is trusted (its command is all it has)."""
+    it. Stored defaults are read as a checkpoint's parameters are (``same_learner``), and a
+    record from before defaults were stored is trusted (its command is all it has)."""
     defaults = learner_defaults(command)
     if path.exists():
         record = json.loads(path.read_text())
-        made_with = record.get("learner_defaults", defaults)
-        if record.get("command") == command and made_with == defaults:
+        name = command[command.index("--learner") + 1]
+        made_with = record.get("learner_defaults")
+        today = made_with is None or same_learner(made_with, name, {})
+        if record.get("command") == command and today:
             return record["result"]
     oahu = Path(sys.executable).with_name("oahu")
     argv = [str(oahu) if oahu.exists() else "oahu", *command[1:]]

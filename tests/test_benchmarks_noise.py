@@ -51,3 +51,22 @@ def test_a_cached_run_lasts_while_the_learners_parameters_do(tmp_path):
     cached_run(path, ("oahu", {"seed": 2}), lambda: run({"seed": 2}))  # other parameters
     assert len(calls) == 2
     assert json.loads(path.read_text())["learner_params"]["seed"] == 2
+
+
+def test_a_run_made_before_a_parameter_existed_stands_for_its_migrated_value(tmp_path):
+    """A run whose learner predates ``mine_ahead`` learned as ``mine_ahead=32`` does (the value
+    a checkpoint of then is rebuilt with): it stands for that learner, not for another value."""
+    path, calls = tmp_path / "run.json", []
+
+    def run(params: dict) -> dict:
+        calls.append(1)
+        return {"learner_params": make_learner("oahu", 4, **params).get_params()}
+
+    older = run({"seed": 1, "mine_ahead": 32})
+    del older["learner_params"]["mine_ahead"]
+    path.write_text(json.dumps(older))
+    calls.clear()
+    assert cached_run(path, ("oahu", {"seed": 1, "mine_ahead": 32}), lambda: run({})) == older
+    assert not calls
+    cached_run(path, ("oahu", {"seed": 1, "mine_ahead": 64}), lambda: run({"mine_ahead": 64}))
+    assert len(calls) == 1
