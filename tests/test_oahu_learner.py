@@ -469,15 +469,16 @@ def test_an_older_checkpoint_keeps_its_fixed_reservoir(triplets) -> None:
 
 def test_an_older_checkpoint_keeps_mining_32_anchors_ahead(triplets) -> None:
     """A default learner saved before ``mine_ahead`` existed mined 32 anchors at a time: rebuilt
-    from its params it still does, and learns as a learner built with ``mine_ahead=32``; a
-    learner mining further ahead draws less often and learns another model. Zero is refused,
+    from its params it still does, however long its stream, and learns as a learner built to
+    mine 32 ahead throughout; one mining 128 ahead learns another model. Zero is refused,
     naming the field."""
     params = small().get_params()
-    del params["mine_ahead"]
+    del params["mine_ahead"], params["early_mine_ahead"]
     rebuilt = OAHU(D, **OAHU.migrate_params(params))
-    assert rebuilt.config.mine_ahead == 32
+    assert rebuilt.update_step.anchors_ahead(10**7) == 32
     rebuilt.prepare(ITEMS)
-    explicit, further = small(mine_ahead=32), small(mine_ahead=128)
+    explicit = small(mine_ahead=32, early_mine_ahead=0)
+    further = small(mine_ahead=128, early_mine_ahead=0)
     for model in (rebuilt, explicit, further):
         learn(model, triplets)
         learn(model, triplets)
@@ -485,6 +486,26 @@ def test_an_older_checkpoint_keeps_mining_32_anchors_ahead(triplets) -> None:
     assert not torch.equal(further.network.head0, explicit.network.head0)
     with pytest.raises(ValueError, match=r"mine_ahead.*0"):
         OAHU(D, mine_ahead=0)
+    with pytest.raises(ValueError, match=r"early_mine_ahead.*-1"):
+        OAHU(D, early_mine_ahead=-1)
+
+
+def test_before_the_step_halves_the_default_mines_32_ahead_bit_for_bit(triplets) -> None:
+    """Streams shorter than 3 · lr_decay learn as mining 32 anchors ahead throughout did, so
+    figures of such streams hold for the default; past it the default mines 128 ahead."""
+    default, before = small(), small(mine_ahead=32, early_mine_ahead=0)
+    assert (default.config.mine_ahead, default.config.early_mine_ahead) == (128, 32)
+    for model in (default, before):
+        learn(model, triplets)
+        learn(model, triplets)
+    assert_same_model(default, before)
+    short = small(lr_decay=10.0)  # 30 constraints in, the step has halved
+    assert [short.update_step.anchors_ahead(n) for n in (29, 30)] == [32, 128]
+    short_before = small(lr_decay=10.0, mine_ahead=32, early_mine_ahead=0)
+    for model in (short, short_before):
+        learn(model, triplets)
+        learn(model, triplets)
+    assert not torch.equal(short.network.head0, short_before.network.head0)
 
 
 @pytest.mark.parametrize("engine, batch_size", [("update", 64), ("device", 1), ("device", 64)])

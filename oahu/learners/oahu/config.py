@@ -124,8 +124,11 @@ class OAHUConfig:
     mining_candidates: int = 128
     # Anchors mined at once when an update takes fewer triplets (a strict one takes two or
     # four; ours, docs/algorithms.md "Mining"): the rest wait for the next updates, so that the
-    # scans and the gathered candidates of a draw serve many updates.
-    mine_ahead: int = 32
+    # scans and the gathered candidates of a draw serve many updates. ``early_mine_ahead`` until
+    # the step-size decay has halved the step (3 · lr_decay constraints, as ``early_item_memory``
+    # counts), while the model still moves fast; 0 = ``mine_ahead`` from the start.
+    mine_ahead: int = 128
+    early_mine_ahead: int = 32
     # Items whose component the constraint graph remembers, so that similarity carries over
     # through items that are not among the ``item_memory`` held for mining.
     graph_memory: int = 200_000
@@ -179,6 +182,7 @@ class OAHUConfig:
             ("replay", 0),
             ("mining_candidates", 0),
             ("mine_ahead", 1),
+            ("early_mine_ahead", 0),
             ("replay_memory", 1),
             ("item_memory", 1),
             ("early_item_memory", 0),

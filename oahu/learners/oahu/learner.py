@@ -80,6 +80,7 @@ _FIELDS_ADDED_LATER = {
     "early_item_memory": 0,
     "max_update_size": 0,
     "mine_ahead": 32,
+    "early_mine_ahead": 0,
 }
 
 
@@ -245,7 +246,7 @@ class OAHU(Learner):
         >>> OAHU.migrate_params({"preset": None, "loss": "margin", "lr_floor": 0.5})
         ... # doctest: +NORMALIZE_WHITESPACE
         {'preset': None, 'loss': 'margin', 'lr_floor': 0.5, 'early_item_memory': 0,
-         'max_update_size': 0, 'mine_ahead': 32}
+         'max_update_size': 0, 'mine_ahead': 32, 'early_mine_ahead': 0}
         >>> OAHU.migrate_params({"preset": None, "loss": "margin"})["lr_floor"]
         0.0
         """

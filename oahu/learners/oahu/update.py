@@ -252,7 +252,7 @@ class UpdateStep:
             alpha = self.alpha if self.on_host else np.asarray(self.alpha.cpu(), np.float64)
             config = self.config
             mined, slots = self.graph.take(
-                config.mined * n_new, alpha, config.mining_candidates, config.mine_ahead
+                config.mined * n_new, alpha, config.mining_candidates, self.anchors_ahead()
             )
             parts.append(mined if n_roles == 3 else mined[:, TRIPLET_AS_QUADRUPLET])
         return (concat(parts, axis=0) if len(parts) > 1 else new), slots
@@ -383,10 +383,33 @@ class UpdateStep:
         """
         config = self.config
         early = config.early_item_memory
+        if early and self.early_in_stream(learned):
+            return min(early, config.item_memory)
+        return config.item_memory
+
+    def anchors_ahead(self, learned: int | None = None) -> int:
+        """How many anchors an update that takes fewer mined triplets draws at once after
+        ``learned`` (or ``self.learned``) constraints: ``early_mine_ahead`` until the step-size
+        decay has halved the step, as :meth:`items_held` counts, ``mine_ahead`` from then on,
+        and from the start without a decay or with ``early_mine_ahead`` 0 (ours,
+        docs/algorithms.md, "Mining").
+
+        >>> from oahu.learners.oahu.learner import OAHU
+        >>> step = OAHU(n_features=2, device="cpu").update_step
+        >>> step.anchors_ahead(29_999), step.anchors_ahead(30_000)
+        (32, 128)
+        """
+        config = self.config
+        early = config.early_mine_ahead
+        return early if early and self.early_in_stream(learned) else config.mine_ahead
+
+    def early_in_stream(self, learned: int | None = None) -> bool:
+        """Whether the step-size decay has yet to halve the step after ``learned`` (or
+        ``self.learned``) constraints: fewer than 3 · ``lr_decay`` since the latest adapted
+        drift, as S1 counts them; never without a decay."""
+        config = self.config
         since = (self.learned if learned is None else learned) - self.decay_origin
-        if not early or not config.lr_decay or since >= 3 * config.lr_decay:
-            return config.item_memory
-        return min(early, config.item_memory)
+        return bool(config.lr_decay) and since < 3 * config.lr_decay
 
     def hedge(self, new_loss: Array) -> None:
         """Eq. 20 on the hedge signal of each new constraint (their losses ``new_loss``, or the
