@@ -187,7 +187,7 @@ class GraphMining:
         triplets): most of mining's cost is per component scanned and per draw of candidates
         gathered, and one draw of ``ahead`` anchors pays it once for all of them, which wait,
         ranked by embeddings at most ``ahead / k`` updates older than mining on the spot would
-        use (``OAHUConfig.mine_ahead``)."""
+        use (how many: ``UpdateStep.anchors_ahead``)."""
         if len(self.waiting) < k:
             _, slots = self.mine(max(k - len(self.waiting), ahead), alpha, candidates)
             self.waiting = np.concatenate([self.waiting, slots])
