@@ -87,25 +87,52 @@ def _build_stream(
         ds = dataset
     else:
         ds = load_dataset(os.fspath(dataset), label_column)
+    source = ds.name if isinstance(dataset, Dataset) else os.fspath(dataset)
     if split == "classes":
         dev_idx, test_idx = split_classes(ds.y, seed)
     else:
         dev_idx, test_idx = split_dev_test(ds.n_items, seed)
     similar = None
-    if protocol == "random":
-        sampler = random_triplets if kind == "triplet" else random_pairs
-        drawn = sampler(ds.y, dev_idx, n_constraints, seed)
-        constraints, similar = (drawn, None) if kind == "triplet" else drawn
-        n_seeds = len(constraints)
-    else:
-        closure = closure_stream(ds.y, dev_idx, n_constraints, seed, kind)
-        constraints, similar, n_seeds = closure.constraints, closure.similar, closure.is_seed.sum()
+    try:
+        if len(dev_idx) < 2:
+            raise ValueError("a constraint needs at least 2 development items")
+        if protocol == "random":
+            sampler = random_triplets if kind == "triplet" else random_pairs
+            drawn = sampler(ds.y, dev_idx, n_constraints, seed)
+            constraints, similar = (drawn, None) if kind == "triplet" else drawn
+            n_seeds = len(constraints)
+        else:
+            closure = closure_stream(ds.y, dev_idx, n_constraints, seed, kind)
+            constraints, similar = closure.constraints, closure.similar
+            n_seeds = closure.is_seed.sum()
+    except ValueError as error:
+        # The protocol sees only index arrays; the user needs to know which dataset and which
+        # split were too small, and what they held.
+        raise ValueError(
+            f"{source}: {_development_half(ds.y, dev_idx, split, seed)}: {error}"
+        ) from error
     meta = protocol_meta(ds.name, seed, protocol, n_constraints, n_seeds)
     if split == "classes":
         meta["split"] = split
         meta["seen_classes"] = np.unique(ds.y[dev_idx]).tolist()
     return ConstraintStream(
         ds.X, ds.y, dev_idx, test_idx, kind, constraints, similar, meta, image_shape=ds.image_shape
+    )
+
+
+def _development_half(labels: np.ndarray, dev_idx: np.ndarray, split: str, seed: int) -> str:
+    """What the development items of a split hold, as an error message says it.
+
+    >>> _development_half(np.array([0, 1, 1, 2]), np.array([0, 1, 2]), "items", 3)
+    'the development half (items split, seed 3) holds 3 items of 2 classes, at most 2 of one class'
+    """
+    counts = np.unique(labels[dev_idx], return_counts=True)[1]
+    largest = int(counts.max()) if len(counts) else 0
+    items = "item" if len(dev_idx) == 1 else "items"
+    classes = "class" if len(counts) == 1 else "classes"
+    return (
+        f"the development half ({split} split, seed {seed}) holds {len(dev_idx)} {items} of "
+        f"{len(counts)} {classes}, at most {largest} of one class"
     )
 
 

@@ -135,9 +135,59 @@ def test_make_stream_refuses_options_that_cannot_apply(tmp_path, capsys, argv, m
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("command", ["make-stream", "replay"])
+@pytest.mark.parametrize("value, shown", [("-3", "-3"), ("ten", "'ten'")])
+def test_a_bad_constraint_count_is_named_as_the_option(tmp_path, capsys, command, value, shown):
+    # The option the user wrote, not the library's parameter (n_constraints).
+    argv = [command, "--dataset", "digits", "--constraints", value, "--out", str(tmp_path / "s")]
+    with pytest.raises(SystemExit) as exit_:
+        main(argv if command == "make-stream" else argv[:-2])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument --constraints: must be an integer >= 0, got {shown}" in err
+
+
 def test_replay_errors_name_the_file_line_and_column(tmp_path, capsys):
     path = tmp_path / "bad.csv"
     path.write_text("a,b,label\n1,2,x\n3,oops,y\n")
     assert main(["replay", "--dataset", str(path), "--constraints", "10"]) == 2
     err = capsys.readouterr().err
     assert "bad.csv: line 3, column 'b': 'oops' is not a number" in err
+
+
+@pytest.mark.parametrize(
+    "rows, argv, message",
+    [
+        # Two items: the 1:1 split leaves one to learn from.
+        (
+            "1,x\n2,y\n",
+            [],
+            "holds 1 item of 1 class, at most 1 of one class: a constraint needs at least 2",
+        ),
+        # Four items, two classes: whichever two the split keeps, no class has two of them.
+        (
+            "1,x\n2,y\n3,y\n4,x\n",
+            ["--seed", "0"],
+            "holds 2 items of 2 classes, at most 1 of one class: labels: triplets need a class",
+        ),
+        # Enough for some triplets, fewer than asked.
+        (
+            "1,x\n2,y\n3,y\n4,x\n5,x\n6,z\n",
+            ["--seed", "1", "--constraints", "5"],
+            "holds 3 items of 2 classes, at most 2 of one class: n_constraints: the development "
+            "items' labels allow 2 distinct triplets, asked for 5",
+        ),
+    ],
+)
+def test_a_dataset_too_small_for_the_protocol_is_refused_with_what_its_split_holds(
+    tmp_path, capsys, rows, argv, message
+):
+    path = tmp_path / "small.csv"
+    path.write_text("a,label\n" + rows)
+    out = str(tmp_path / "s.npz")
+    assert main(["make-stream", "--dataset", str(path), "--out", out, *argv]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: the development half (items split, seed " in err and message in err
+    split = r"the development half \(items split, seed 4\) holds 1 item of 1 class"
+    with pytest.raises(ValueError, match=split):
+        build_stream(np.zeros((2, 1)), ["x", "y"], 1, seed=4)

@@ -45,7 +45,7 @@ def add_stream_arguments(
     )
     parser.add_argument(
         "--constraints",
-        type=int,
+        type=_count,
         default=10_000,
         metavar="N",
         help="constraints in the built stream (default: 10000)",
@@ -64,3 +64,15 @@ def add_stream_arguments(
         help="closure: the paper's seeds + transitive closure; random: i.i.d. random "
         "constraints (default: closure)",
     )
+
+
+def _count(text: str) -> int:
+    """An integer >= 0, refused by argparse with the option's own name (``argument
+    --constraints: ...``) rather than later with the library's parameter name."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
+    return value
