@@ -46,7 +46,16 @@ if [ ! -f "$stamp" ]; then
   rm -f "$venv"/.oahu-deps-*
   touch "$stamp"
 else
-  "$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$repo" >&2
+  # The editable install maps oahu to one checkout (a fresh clone shares this venv). Redo it only
+  # when it maps another: it takes seconds, and setuptools prints a warning on every build. -I
+  # keeps the current directory (perhaps a checkout) out of the lookup.
+  installed=$("$venv/bin/python" -I -c 'import importlib.util as u; s = u.find_spec("oahu"); print(s.origin if s else "")' || true)
+  if [ "$installed" != "$repo/oahu/__init__.py" ]; then
+    log "pointing the editable install at $repo"
+    pip_log="$cache/editable-install.log"
+    "$venv/bin/pip" install -q --no-deps --no-build-isolation -e "$repo" >"$pip_log" 2>&1 \
+      || { cat "$pip_log" >&2; exit 1; }
+  fi
 fi
 # What `oahu datasets fetch` does, without the CLI's imports (torch: seconds on every call).
 # Cached sets are skipped, so this reads the network once. Without it, only the tests and
