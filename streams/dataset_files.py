@@ -150,6 +150,15 @@ def _read_npz(file: Path, shown: str, name: str) -> Dataset:
     try:
         archive = np.load(file, allow_pickle=False)
     except ValueError as e:
+        if "pickled" in str(e):
+            # numpy takes any file that is neither zip nor .npy for a pickle, and its advice (to
+            # load it unsafely) is wrong for a dataset: say what the file is not, and how it starts.
+            with open(file, "rb") as fh:
+                start = fh.read(16)
+            raise ValueError(
+                f"{shown}: not a .npz archive (a zip file of arrays 'X' and 'y'); it starts with "
+                f"{start!r}"
+            ) from None
         raise ValueError(f"{shown}: not a .npz archive: {e}") from None
     except (OSError, EOFError, zipfile.BadZipFile, pickle.UnpicklingError) as e:
         raise ValueError(f"{shown}: not a readable .npz archive: {e}") from None

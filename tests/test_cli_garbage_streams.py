@@ -40,3 +40,39 @@ def test_run_names_the_file_and_what_was_expected(garbage: Path, tmp_path: Path,
     err = capsys.readouterr().err
     assert err.endswith("oahu run: error: " + refusal(garbage)), err
     assert "codec" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("option", ["--items", "--gallery"])
+def test_run_names_a_bad_items_or_gallery_file(
+    garbage: Path, tmp_path: Path, capsys, option: str
+) -> None:
+    # A .npz name does not make a file an archive: the refusal is the stream reader's, not
+    # numpy's advice to unpickle it.
+    argv = ["run", option, str(garbage), "--checkpoint-dir", str(tmp_path / "state"),
+            "--http", "127.0.0.1:0", "--log-level", "error", "--exit-at-end"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("oahu run: error: " + refusal(garbage)), err
+    assert "pickle" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, named, why",
+    [
+        (["run", "--items", "{missing}"], "missing", "no such file or directory"),
+        (["run", "--gallery", "{folder}"], "folder", "is a directory"),
+        (["produce", "--stream", "{missing}", "--to", "kafka://127.0.0.1:9/t"], "missing",
+         "no such file or directory"),
+    ],
+)  # fmt: skip
+def test_a_file_that_cannot_be_read_is_named_with_the_reason(
+    tmp_path: Path, capsys, argv: list[str], named: str, why: str
+) -> None:
+    paths = {"missing": str(tmp_path / "gone.npz"), "folder": str(tmp_path)}
+    argv = [a.format(**paths) for a in argv]
+    if argv[0] == "run":
+        argv += ["--checkpoint-dir", str(tmp_path / "state"), "--http", "127.0.0.1:0",
+                 "--log-level", "error", "--exit-at-end"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"oahu {argv[0]}: error: {paths[named]}: {why}\n"), err

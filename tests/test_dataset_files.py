@@ -148,7 +148,9 @@ def test_npz_errors_name_the_file_and_the_arrays(tmp_path):
     assert "array 'y' holds Python objects" in read_error(path)
 
     path.write_text("not an archive")
-    assert "not a .npz archive" in read_error(path)
+    # What the file starts with, not numpy's advice to unpickle it.
+    expected = f"{path}: not a .npz archive (a zip file of arrays 'X' and 'y'); it starts with "
+    assert read_error(path) == expected + "b'not an archive'"
 
 
 # ------------------------------------------------------------------ csv / tsv round trips

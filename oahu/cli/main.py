@@ -35,9 +35,24 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"oahu {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, *_FILE_ERRORS) as exc:
+        print(f"oahu {args.command}: error: {_message(exc)}", file=sys.stderr)
         return 2
+
+
+# A file the user named that cannot be read is a mistake in the command, as a bad value is.
+_FILE_ERRORS = (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+def _message(exc: Exception) -> str:
+    """The error as the other errors are said, ``WHAT: why``; for a file, its name first.
+
+    >>> _message(FileNotFoundError(2, "No such file or directory", "g.npz"))
+    'g.npz: no such file or directory'
+    """
+    if isinstance(exc, _FILE_ERRORS) and exc.filename is not None and exc.strerror:
+        return f"{exc.filename}: {exc.strerror[0].lower()}{exc.strerror[1:]}"
+    return str(exc)
 
 
 if __name__ == "__main__":

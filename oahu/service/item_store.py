@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import zipfile
 from collections.abc import Iterable
 from itertools import repeat
 from pathlib import Path
@@ -251,7 +252,9 @@ class ItemStore:
         the item indices; its ``image_shape``), with ``dev_only`` only its development items (a
         gallery)."""
         path = Path(path)
-        if path.suffix == ".npz":
+        # Only a zip archive is read here as one; any other file, whatever its name, goes to the
+        # stream reader, which names the file and says how it starts.
+        if path.suffix == ".npz" and zipfile.is_zipfile(path):
             with np.load(path, allow_pickle=False) as npz:
                 if "ids" in npz.files:
                     shape = npz.get("image_shape")
