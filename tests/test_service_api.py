@@ -189,7 +189,10 @@ def test_non_finite_values_and_oversized_bodies(running):
     assert response.json()["detail"][0]["input"] == "nan"
     huge = json.dumps({"items": [{"x": [0.25] * 64}] * 4000})  # > max_request_bytes
     assert client.post("/v1/classify", content=huge).status_code == 413
-    assert client.post("/v1/classify", content=b"{not json").status_code == 422
+    malformed = client.post(
+        "/v1/classify", content=b"{not json", headers={"content-type": "application/json"}
+    )
+    assert malformed.status_code == 422 and malformed.json()["detail"][0]["type"] == "json_invalid"
 
 
 def test_write_endpoints_need_the_token_and_items_survive_a_restart(stream_file, tmp_path):

@@ -507,11 +507,12 @@ def test_a_failed_build_keeps_serving_and_says_why(running: Any, monkeypatch) ->
 def test_the_schema_states_the_limits_and_the_answers(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     paths, components = schema["paths"], schema["components"]["schemas"]
-    assert set(paths["/v1/items"]["post"]["responses"]) == {"200", "401", "403", "413", "422"}
+    body_errors = {"413", "415", "422"}  # too large, not JSON, invalid
+    assert set(paths["/v1/items"]["post"]["responses"]) == {"200", "401", "403", *body_errors}
     deletes = paths["/v1/items"]["delete"]["responses"]
-    assert set(deletes) == {"200", "401", "403", "404", "413", "422"}
+    assert set(deletes) == {"200", "401", "403", "404", *body_errors}
     for path in ("/v1/embed", "/v1/classify", "/v1/retrieve", "/v1/verify"):
-        assert set(paths[path]["post"]["responses"]) == {"200", "413", "422", "503"}
+        assert set(paths[path]["post"]["responses"]) == {"200", "413", "415", "422", "503"}
     assert paths["/v1/items"]["post"]["security"] == [{"HTTPBearer": []}]
     ref = components["ItemRef"]
     assert ref["oneOf"] == [{"required": ["id"]}, {"required": ["x"]}]
@@ -697,3 +698,33 @@ def test_schemathesis_finds_no_server_error_and_no_undocumented_answer(client, m
     assert max(statuses) < 500 and 422 in statuses
     if mode == GenerationMode.POSITIVE:
         assert 200 in statuses
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+@pytest.mark.parametrize(
+    "headers, named",
+    [
+        ({"content-type": FORM}, f"'{FORM}'"),
+        ({"content-type": "text/plain; charset=utf-8"}, "'text/plain; charset=utf-8'"),
+        ({}, "'missing'"),
+    ],
+)  # fmt: skip
+def test_a_body_not_sent_as_json_gets_415_saying_so(
+    client: TestClient, headers: dict[str, str], named: str
+) -> None:
+    # What `curl -d` sends: a valid JSON body under a form's content type.
+    body = json.dumps({"items": [{"x": x()}]})
+    response = client.post("/v1/classify", content=body, headers=headers)
+    assert response.status_code == 415
+    assert response.json()["detail"] == (
+        "send the body as JSON with Content-Type: application/json; this request's "
+        f"Content-Type is {named}"
+    )
+    sent_as_json = {"content-type": "application/json"}
+    as_json = client.post("/v1/classify", content=body, headers=sent_as_json)
+    assert as_json.status_code == 200, as_json.text
+    # A JSON body that fails validation is still a 422 naming the field.
+    bad = client.post("/v1/classify", content='{"items": []}', headers=sent_as_json)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "items"]

@@ -256,7 +256,7 @@ def test_busy_and_not_ready_are_503(running) -> None:
 def test_the_schema_lists_the_endpoint_its_answers_and_limits(client: TestClient) -> None:
     schema = client.get("/openapi.json").json()
     post = schema["paths"]["/v1/suggest"]["post"]
-    assert set(post["responses"]) == {"200", "401", "413", "422", "503"}
+    assert set(post["responses"]) == {"200", "401", "413", "415", "422", "503"}
     assert post["security"] == [{"HTTPBearer": []}]
     body = schema["components"]["schemas"]["SuggestQuery"]
     assert body["additionalProperties"] is False and body["required"] == ["pool", "batch"]

@@ -4,9 +4,9 @@ Items in a query are either inline (``{"x": [floats]}``) or references (``{"id":
 item store (then the gallery). Malformed input is answered 4xx naming the offending field in
 FastAPI's validation format (``{"detail": [{"loc": ["body", "items", 3, "x"], "msg": ...}]}``),
 never 5xx; what a body may hold is defined once, in :mod:`oahu.service.serving.inputs`. Request
-bodies larger than ``max_request_bytes`` get 413; write endpoints require the bearer token when
-one is configured. A method a path does not accept gets 405 with ``Allow`` listing every method
-it does.
+bodies larger than ``max_request_bytes`` get 413, bodies not sent as JSON 415; write endpoints
+require the bearer token when one is configured. A method a path does not accept gets 405 with
+``Allow`` listing every method it does.
 
 Answers are JSON built in the handler, except ``/v1/embed``'s: thousands of items at every depth
 take ~200 ms to write as JSON, which is written in a worker thread, a slice of items at a time,
@@ -82,6 +82,7 @@ _ERRORS = {
     403: "a serving replica (oahu serve) takes no writes: send them to the learner service",
     404: "none of the ids is known",
     413: "request body larger than --max-request-bytes",
+    415: "the body was not sent as JSON (Content-Type: application/json)",
     503: "no model snapshot published yet, or the gallery is empty",
 }
 
@@ -189,7 +190,7 @@ def _add_single_modality_routes(app: FastAPI, view: ServiceView) -> None:
     # request) is checked by these models; the handlers check only what needs the service's
     # state (unknown ids, duplicates, labels for the gallery).
     models = request_models(view.n_features, config.max_batch_items)
-    queries = {"responses": _responses(413, 503)}
+    queries = {"responses": _responses(413, 415, 503)}
     writes = {"dependencies": write_guards(view)}
 
     def features(items: list[Any], loc: str, side: tuple[str, ...] = ()) -> np.ndarray:
@@ -256,7 +257,7 @@ def _add_single_modality_routes(app: FastAPI, view: ServiceView) -> None:
         "Questions are chosen over the pool (ids, or the gallery) by the current snapshot's "
         "model; with --suggest-topic they are also published to that Kafka topic.",
         responses={
-            **_responses(401, 413),
+            **_responses(401, 413, 415),
             503: {
                 "model": Detail,
                 "description": "no model snapshot published yet, or too many suggestion "
@@ -301,7 +302,7 @@ def _add_single_modality_routes(app: FastAPI, view: ServiceView) -> None:
     @app.post(
         "/v1/items",
         summary="Add items to the item store (and the gallery)",
-        responses=_responses(401, 403, 413),
+        responses=_responses(401, 403, 413, 415),
         **writes,
     )
     def add_items(body: models.AddItems) -> dict[str, Any]:
@@ -326,7 +327,7 @@ def _add_single_modality_routes(app: FastAPI, view: ServiceView) -> None:
     @app.delete(
         "/v1/items",
         summary="Remove items from the item store and the gallery",
-        responses=_responses(401, 403, 404, 413),
+        responses=_responses(401, 403, 404, 413, 415),
         **writes,
     )
     def remove_items(body: models.RemoveItems) -> dict[str, Any]:
@@ -376,8 +377,22 @@ def _bearer(token: str | None) -> Callable[..., None]:
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     """422 in FastAPI's format, with the offending value echoed only as JSON can carry it (a NaN,
-    a 10 MB string or a 4,000-digit integer in a body must not make the answer fail)."""
+    a 10 MB string or a 4,000-digit integer in a body must not make the answer fail); 415 for a
+    body that was not sent as JSON."""
     assert isinstance(exc, RequestValidationError)
+    sent_as = request.headers.get("content-type", "")
+    media = sent_as.split(";")[0].strip().lower()
+    about_body = any(error["loc"][:1] == ("body",) for error in exc.errors())
+    if about_body and media != JSON and not media.endswith("+json"):
+        # FastAPI reads only a JSON content type as JSON (curl -d sends a form's type); the body
+        # was then never parsed, and "input should be a valid dictionary" would not say why.
+        return JSONResponse(
+            {
+                "detail": "send the body as JSON with Content-Type: application/json; this "
+                f"request's Content-Type is {json_safe(sent_as) if sent_as else 'missing'!r}"
+            },
+            status_code=415,
+        )
     detail = []
     for error in exc.errors():
         item = {"loc": list(error["loc"]), "msg": str(error["msg"]), "type": str(error["type"])}

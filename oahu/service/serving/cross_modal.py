@@ -241,7 +241,7 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
 
     config = view.config
     bodies = _bodies(config.max_batch_items)
-    queries = {"responses": _responses(413, 503)}
+    queries = {"responses": _responses(413, 415, 503)}
     writes = {"dependencies": write_guards(view)}
     items = catalog.items
     k_default = config.k
@@ -381,7 +381,7 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
         "second (triplets)? Each answer goes back to the input stream as a pair or triplet "
         "message whose items name their modalities. Questions are chosen by joint entropy "
         "over the two galleries (CSLP's active sampling).",
-        responses=_responses(401, 413, 503),
+        responses=_responses(401, 413, 415, 503),
         **writes,
     )
     def suggest(body: SuggestQuery) -> JSONResponse:
@@ -421,7 +421,7 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
     @app.post(
         "/v1/items",
         summary="Add items of one modality to its store (and gallery)",
-        responses=_responses(401, 403, 413),
+        responses=_responses(401, 403, 413, 415),
         **writes,
     )
     def add_items(body: bodies.AddItems) -> dict[str, Any]:
@@ -450,7 +450,7 @@ def add_cross_modal_routes(app: FastAPI, view: "ServiceView", catalog: ModalCata
     @app.delete(
         "/v1/items",
         summary="Remove items of one modality from its store and gallery",
-        responses=_responses(401, 403, 404, 413),
+        responses=_responses(401, 403, 404, 413, 415),
         **writes,
     )
     def remove_items(body: bodies.RemoveItems) -> dict[str, Any]:
