@@ -54,11 +54,18 @@ def test_every_subpackage_is_listed_for_installation() -> None:
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    listed = set(
-        tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    )
+    setuptools = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
     found = {"oahu.streams", "oahu.connectors"} | {
         ".".join(init.parent.relative_to(root).parts)
         for init in (root / "oahu").rglob("__init__.py")
     }
-    assert listed == found
+    # Folders of data (the console's web assets) are listed too, so that setuptools installs
+    # them; each holds files its package-data patterns match, and no code.
+    data = listed - found
+    assert data == {"oahu.service.console.static", "oahu.service.console.static.vendor.uplot"}
+    for name in data:
+        folder = root.joinpath(*name.split("."))
+        assert not (folder / "__init__.py").exists()
+        assert all(any(folder.glob(p)) for p in setuptools["package-data"][name]), name
+    assert found <= listed
