@@ -164,7 +164,7 @@ def test_replay_errors_name_the_file_line_and_column(tmp_path, capsys):
             [],
             "holds 1 item of 1 class, at most 1 of one class: a constraint needs at least 2",
         ),
-        # Four items, two classes: whichever two the split keeps, no class has two of them.
+        # Four items, two classes: seed 0's split keeps one of each, so no triplet exists.
         (
             "1,x\n2,y\n3,y\n4,x\n",
             ["--seed", "0"],
@@ -188,6 +188,9 @@ def test_a_dataset_too_small_for_the_protocol_is_refused_with_what_its_split_hol
     assert main(["make-stream", "--dataset", str(path), "--out", out, *argv]) == 2
     err = capsys.readouterr().err
     assert f"{path}: the development half (items split, seed " in err and message in err
+
+
+def test_arrays_too_few_for_the_protocol_are_refused_with_what_their_split_holds():
     split = r"the development half \(items split, seed 4\) holds 1 item of 1 class"
     with pytest.raises(ValueError, match=split):
         build_stream(np.zeros((2, 1)), ["x", "y"], 1, seed=4)
