@@ -12,7 +12,8 @@ block at a time (10^7 triplets of 784 floats would be 94 GB), and learned by the
 Recorded every 1% of the stream: resident memory of the process (MiB), what the learner's
 memories hold (items known to the graph, links, held items, replayed constraints) and the size
 of a checkpoint of the learner; at the end the peak resident memory (``ru_maxrss``). Written to
-``results/memory-long-run<tag>.json`` with a plot beside it.
+``results/memory-long-run<tag>.json`` after every sample (``complete`` says whether the run
+got to the end; a run stopped early keeps what it measured), with a plot beside it at the end.
 
     python -m benchmarks.memory_long_run --constraints 10000000 --set batch_size=256
     python -m benchmarks.memory_long_run --constraints 1000000            # strict
@@ -24,6 +25,7 @@ import argparse
 import json
 import resource
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +89,15 @@ def memories(learner: OAHU) -> dict[str, int]:
     }
 
 
-def run(constraints: int, seed: int, params: dict[str, Any]) -> dict[str, Any]:
+def run(
+    constraints: int,
+    seed: int,
+    params: dict[str, Any],
+    on_sample: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """The learner's memory along ``constraints`` constraints of the mixture stream, sampled
+    every 1%; ``on_sample`` gets the result so far after each sample (``complete`` False until
+    the last), so that a run stopped early still leaves what it measured."""
     stream = MixtureStream(seed)
     learner = OAHU(WIDTH, seed=seed, device="cpu", **params)
     learner.prepare(stream.items(5_000))
@@ -95,6 +105,23 @@ def run(constraints: int, seed: int, params: dict[str, Any]) -> dict[str, Any]:
     samples: list[dict[str, Any]] = []
     learning = 0.0
     done = 0
+
+    def result() -> dict[str, Any]:
+        return {
+            "constraints": constraints,
+            "constraints_learned": done,
+            "complete": done == constraints,
+            "seed": seed,
+            "params": params,
+            "learner_params": learner.get_params(),
+            "samples": list(samples),
+            "peak_resident_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "triplets_per_s": done / learning if learning else None,
+            "commit": code_version(),
+            "cpu": cpu_model(),
+            "machine": machine(),
+        }
+
     with tqdm(total=constraints, unit="constraint") as bar:
         while done < constraints:
             n = min(BLOCK, constraints - done)
@@ -114,18 +141,9 @@ def run(constraints: int, seed: int, params: dict[str, Any]) -> dict[str, Any]:
                         **memories(learner),
                     }
                 )
-    return {
-        "constraints": constraints,
-        "seed": seed,
-        "params": params,
-        "learner_params": learner.get_params(),
-        "samples": samples,
-        "peak_resident_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "triplets_per_s": constraints / learning,
-        "commit": code_version(),
-        "cpu": cpu_model(),
-        "machine": machine(),
-    }
+                if on_sample is not None and done < constraints:
+                    on_sample(result())
+    return result()
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -170,9 +188,17 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE")
     parser.add_argument("--tag", default="", help="suffix of the result's file names")
     args = parser.parse_args()
-    result = run(args.constraints, args.seed, parse_settings(args.set, "--set"))
     out = RESULTS / f"memory-long-run{args.tag}.json"
-    out.write_text(json.dumps(result, indent=1))
+
+    def save(result: dict[str, Any]) -> None:
+        # Written whole to a temporary file and moved over the result: a run stopped while it
+        # writes leaves the last complete one.
+        partial = out.with_suffix(".json.part")
+        partial.write_text(json.dumps(result, indent=1))
+        partial.replace(out)
+
+    result = run(args.constraints, args.seed, parse_settings(args.set, "--set"), on_sample=save)
+    save(result)
     plot(result, out.with_suffix(".png"))
     last = result["samples"][-1]
     print(

@@ -35,3 +35,16 @@ def test_a_run_records_memory_and_what_the_learner_holds():
     assert all(s["graph_known_items"] <= 4_096 for s in samples)  # forgetting keeps the bound
     assert result["peak_resident_mb"] >= max(s["resident_mb"] for s in samples) * 0.99
     assert samples[-1]["checkpoint_mb"] > 1 and result["triplets_per_s"] > 0
+
+
+def test_every_sample_hands_on_the_result_so_far():
+    # A run of 10^7 takes most of an hour: one stopped early keeps what it measured.
+    seen: list[dict] = []
+    params = {"batch_size": 256, "item_memory": 512, "graph_memory": 4_096}
+    result = run(20_000, 0, params, on_sample=seen.append)
+    # Samples every BLOCK (8,192) triplets: two before the end, each handed on as it is taken.
+    assert [p["constraints_learned"] for p in seen] == [8_192, 16_384]
+    assert [len(p["samples"]) for p in seen] == [1, 2]
+    assert not any(p["complete"] for p in seen) and all(p["triplets_per_s"] > 0 for p in seen)
+    assert result["complete"] and result["constraints_learned"] == 20_000
+    assert result["samples"][:2] == seen[-1]["samples"] and len(result["samples"]) == 3
