@@ -106,20 +106,26 @@ def run(
     learning = 0.0
     done = 0
 
+    # What does not change along the run is read once (the commit takes two git calls), not at
+    # each of the hundred samples.
+    fixed = {
+        "constraints": constraints,
+        "seed": seed,
+        "params": params,
+        "learner_params": learner.get_params(),
+        "commit": code_version(),
+        "cpu": cpu_model(),
+        "machine": machine(),
+    }
+
     def result() -> dict[str, Any]:
         return {
-            "constraints": constraints,
+            **fixed,
             "constraints_learned": done,
             "complete": done == constraints,
-            "seed": seed,
-            "params": params,
-            "learner_params": learner.get_params(),
             "samples": list(samples),
             "peak_resident_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "triplets_per_s": done / learning if learning else None,
-            "commit": code_version(),
-            "cpu": cpu_model(),
-            "machine": machine(),
         }
 
     with tqdm(total=constraints, unit="constraint") as bar:
