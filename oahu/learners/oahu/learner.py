@@ -75,8 +75,8 @@ _FIELDS_OF_THE_DEFAULT_LEARNER = frozenset(
 )
 # OAHUConfig's fields added to the default learner since, with the value that reproduces how a
 # checkpoint written before them learned.
-_FIELDS_ADDED_LATER = {"lr_floor": 0.0, "early_item_memory": 0, "max_update_size": 0}
-_FIELDS_ADDED_LATER |= {"mine_ahead": 32, "early_mine_ahead": 0}  # 32 ahead throughout
+_FIELDS_ADDED_LATER = {"lr_floor": 0.0, "early_item_memory": 0, "max_update_size": 0,
+                       "mine_ahead": 32, "early_mine_ahead": 0}  # fmt: skip
 
 
 class OAHU(Learner):
