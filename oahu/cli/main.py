@@ -7,6 +7,7 @@ import importlib
 import sys
 
 # Each module defines ``add_parser(subparsers)``; the parser it adds sets ``func(args) -> int``.
+# A command's name is its module's with "-" for "_".
 COMMANDS: tuple[str, ...] = (
     "make_stream",
     "replay",
@@ -19,20 +20,27 @@ COMMANDS: tuple[str, ...] = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``oahu`` parser. When ``argv`` names a command, only that command's module is
+    imported: ``run`` and ``replay`` load torch (seconds), and ``oahu suggest`` or ``oahu
+    produce`` in a labelling script should not wait for it. Otherwise (``oahu --help``, a
+    mistyped command) every command is there, so that the listing and the error are complete.
+    """
     parser = argparse.ArgumentParser(
         prog="oahu",
         description="Streaming online metric learning: learn a metric from a stream of "
         "similarity constraints, replay benchmark streams, serve the metric over HTTP.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMANDS:
+    words = sys.argv[1:] if argv is None else argv
+    named = [name for name in COMMANDS if words[:1] == [name.replace("_", "-")]]
+    for name in named or COMMANDS:
         importlib.import_module(f"oahu.cli.{name}").add_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (ValueError, *_FILE_ERRORS) as exc:
