@@ -34,14 +34,19 @@ def loaded_after(argv: list[str]) -> tuple[list[str], str, int]:
 
 
 @pytest.mark.parametrize(
-    "argv",
-    [["suggest", "--help"], ["produce", "--help"], ["datasets", "list"], ["make-stream", "-h"]],
+    ("argv", "shown"),
+    [
+        (["suggest", "--help"], "usage: oahu suggest"),
+        (["produce", "--help"], "usage: oahu produce"),
+        (["datasets", "list"], "letter"),  # the listing itself: a packaged set's name
+        (["make-stream", "-h"], "usage: oahu make-stream"),
+    ],
 )
-def test_a_light_command_loads_no_heavy_library(argv):
+def test_a_light_command_loads_no_heavy_library(argv, shown):
     heavy, output, code = loaded_after(argv)
     assert code == 0, output
     assert heavy == []
-    assert f"usage: oahu {argv[0]}" in output or argv[1] == "list"
+    assert shown in output
 
 
 def test_a_light_command_still_checks_its_arguments_and_names_its_own_options():
