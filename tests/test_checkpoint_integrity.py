@@ -8,7 +8,6 @@ import logging
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -128,24 +127,28 @@ def test_a_file_of_an_earlier_release_loads_and_says_it_is_unverified(tmp_path, 
         load_learner(path)
 
 
-# One real checkpoint, written through the service's path, for the property below.
-_PROPERTY_DIR = Path(tempfile.mkdtemp(prefix="oahu-checkpoint-property-"))
-_PROPERTY_LEARNER = make_learner("oahu", 6, hidden_width=8, embedding_dim=4, device="cpu")
-_PROPERTY_LEARNER.prepare(np.random.default_rng(3).normal(size=(40, 6)))
-_PROPERTY_LEARNER.learn_triplets(*np.random.default_rng(4).normal(size=(3, 30, 6)))
-write_checkpoint(checkpoint_path(_PROPERTY_DIR), _PROPERTY_LEARNER, Progress({0: 30}, consumed=30))
-_PROPERTY_BYTES = checkpoint_path(_PROPERTY_DIR).read_bytes()
+@pytest.fixture(scope="module")
+def saved_checkpoint(tmp_path_factory) -> tuple[Path, object, bytes]:
+    """One real checkpoint, written through the service's path, for the property below: its
+    folder (pytest's, so nothing is left behind in the temporary directory), the learner and
+    the file's bytes."""
+    folder = tmp_path_factory.mktemp("checkpoint-property")
+    learner = make_learner("oahu", 6, hidden_width=8, embedding_dim=4, device="cpu")
+    learner.prepare(np.random.default_rng(3).normal(size=(40, 6)))
+    learner.learn_triplets(*np.random.default_rng(4).normal(size=(3, 30, 6)))
+    write_checkpoint(checkpoint_path(folder), learner, Progress({0: 30}, consumed=30))
+    return folder, learner, checkpoint_path(folder).read_bytes()
 
 
 @settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
-def test_any_corruption_of_a_checkpoint_is_detected_or_changes_nothing(data):
+def test_any_corruption_of_a_checkpoint_is_detected_or_changes_nothing(saved_checkpoint, data):
     """Property: whatever byte range of a checkpoint is overwritten (or cut off, or appended
     to), loading it either raises LearnerFileError or yields exactly the saved model and
     offsets (only when the bytes are unchanged): never a silently different model."""
-    original = _PROPERTY_BYTES
+    folder, saved, original = saved_checkpoint
     start = data.draw(st.integers(0, len(original)), label="start")
     length = data.draw(st.integers(0, min(256, len(original) - start)), label="length")
     replacement = data.draw(st.binary(min_size=length, max_size=length), label="bytes")
@@ -158,7 +161,7 @@ def test_any_corruption_of_a_checkpoint_is_detected_or_changes_nothing(data):
             ),
             label="resized",
         )
-    path = _PROPERTY_DIR / "damaged.pt"
+    path = folder / "damaged.pt"
     path.write_bytes(damaged)
     try:
         restored = read_checkpoint(path)
@@ -167,7 +170,7 @@ def test_any_corruption_of_a_checkpoint_is_detected_or_changes_nothing(data):
         return
     assert damaged == original, "a changed checkpoint loaded without complaint"
     learner, progress = restored
-    assert_same_model(learner, _PROPERTY_LEARNER, atol=0)
+    assert_same_model(learner, saved, atol=0)
     assert progress.offsets == {0: 30} and progress.consumed == 30
 
 
