@@ -4,6 +4,8 @@ not a codec's complaint about a byte."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,14 @@ def test_a_file_that_cannot_be_read_is_named_with_the_reason(
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.endswith(f"oahu {argv[0]}: error: {paths[named]}: {why}\n"), err
+
+
+def test_at_the_default_log_level_the_refusal_is_the_only_line(tmp_path: Path) -> None:
+    """A fresh process at the default level (info): what the libraries log while the command
+    starts (faiss names the build it loaded) does not come before the refusal."""
+    missing = tmp_path / "gone.npz"
+    argv = [sys.executable, "-m", "oahu.cli.main", "run", "--source", f"file://{missing}",
+            "--checkpoint-dir", str(tmp_path / "state"), "--http", "127.0.0.1:0"]  # fmt: skip
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2
+    assert done.stderr == f"oahu run: error: {missing}: no such file or directory\n"

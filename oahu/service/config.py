@@ -397,5 +397,8 @@ def configure_logging(level: str) -> None:
         level=level.upper(),
         format="%(asctime)s %(levelname)s %(processName)s %(name)s: %(message)s",
     )
-    if level != "debug":  # kafka-python narrates every connection at INFO
-        logging.getLogger("kafka").setLevel(logging.WARNING)
+    if level != "debug":
+        # kafka-python narrates every connection at INFO, and faiss announces at INFO which of
+        # its builds it loaded, first thing in every start (before any error of ours)
+        for library in ("kafka", "faiss"):
+            logging.getLogger(library).setLevel(logging.WARNING)
