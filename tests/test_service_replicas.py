@@ -87,7 +87,10 @@ def test_replicas_answer_as_the_learner_does_and_survive_kill_9(kafka_bootstrap,
     stream = ConstraintStream.load(stream_file)
     topic = f"kafka://{kafka_bootstrap}/{unique('model')}"
     serve = ["--model-topic", topic, "--gallery", str(stream_file)]
-    early = ServiceProcess(serve, tmp_path / "early.log", command="serve")
+    scratch = tmp_path / "tmp"  # the replicas' temporary directory, where their scratch goes
+    scratch.mkdir()
+    in_scratch = {"TMPDIR": str(scratch)}
+    early = ServiceProcess(serve, tmp_path / "early.log", command="serve", env=in_scratch)
     # a replica started before anything was published is up, and not ready
     ready = wait_until(lambda: early.get("/readyz"), 60, "the early replica's HTTP API")
     assert ready.status_code == 503 and "no snapshot" in ready.json()["causes"]["snapshot"]
@@ -96,7 +99,8 @@ def test_replicas_answer_as_the_learner_does_and_survive_kill_9(kafka_bootstrap,
     learner = ServiceProcess(run, tmp_path / "learner.log")
     learner.wait_consumed(n)
     replicas = [early] + [
-        ServiceProcess(serve, tmp_path / f"replica{i}.log", command="serve") for i in (1, 2)
+        ServiceProcess(serve, tmp_path / f"replica{i}.log", command="serve", env=in_scratch)
+        for i in (1, 2)
     ]
     body = {"items": [{"x": stream.X[i].tolist()} for i in stream.test_idx[:40]]}
     retrieve = {"items": [{"id": str(i)} for i in stream.test_idx[:5]], "k": 5}
@@ -136,11 +140,17 @@ def test_replicas_answer_as_the_learner_does_and_survive_kill_9(kafka_bootstrap,
 
     # kill -9 and a restart on the same port: serving the learner's snapshot within 30 s
     victim = replicas[1]
+    folders = set(scratch.iterdir())
+    assert len(folders) == 3  # one scratch folder per replica
     victim.kill()
     started = time.monotonic()
-    again = ServiceProcess(serve, tmp_path / "again.log", port=victim.port, command="serve")
+    again = ServiceProcess(serve, tmp_path / "again.log", port=victim.port, command="serve",
+                           env=in_scratch)  # fmt: skip
     wait_until(lambda: same_snapshot(learner, again, body), 30, "the restarted replica")
     assert time.monotonic() - started < 30
+    # the killed replica could not remove its folder: the one started after it did
+    now = set(scratch.iterdir())
+    assert len(folders - now) == 1 and len(now - folders) == 1
     assert answers(again.base, body, retrieve) == answers(learner.base, body, retrieve)
 
     # the learner service restarts: its snapshots start again from 1 and replicas follow
@@ -155,6 +165,7 @@ def test_replicas_answer_as_the_learner_does_and_survive_kill_9(kafka_bootstrap,
     assert float(published[0].split()[1]) >= 1
     for process in (learner, again, replicas[0], replicas[2]):
         assert process.terminate() == 0, process.output()
+    assert list(scratch.iterdir()) == []  # each replica shut down removed its own
 
 
 def test_serve_refuses_to_start_without_what_it_needs(tmp_path: Path, capsys):

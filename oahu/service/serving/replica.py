@@ -13,9 +13,7 @@ capacity, one process (ideally one core) each.
 from __future__ import annotations
 
 import logging
-import shutil
 import sys
-import tempfile
 import threading
 from pathlib import Path
 
@@ -37,6 +35,7 @@ from oahu.service.serving.http_server import base_url, start_http
 from oahu.service.serving.inputs import SUGGEST_STRATEGIES
 from oahu.service.serving.model_following import ModelFollower
 from oahu.service.serving.queries import QueryEngine
+from oahu.service.serving.scratch import ScratchFolder
 from oahu.service.serving.snapshot import REPLICA_BUILD_SHARE, SnapshotPublisher
 from oahu.service.serving.stalls import StallWatch
 from oahu.service.serving.suggest import Suggester
@@ -78,8 +77,10 @@ class Replica:
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)  # as the learner service's serving
         use_native_threads(1, faiss=True)
         config.check_kafka_options()
-        # Stateless: what the console and the catalog need on disk lives as long as the process.
-        self._scratch = tempfile.mkdtemp(prefix="oahu-replica-")
+        # Stateless: what the console and the catalog need on disk lives as long as the process,
+        # and the folders of replicas killed before they could remove theirs go now.
+        self._scratch_folder = ScratchFolder()
+        self._scratch = str(self._scratch_folder.path)
         config = self.config = config.replace(checkpoint_dir=self._scratch)
         self.stop_event = threading.Event()
         self.metrics = ServiceMetrics(SUGGEST_STRATEGIES)
@@ -181,7 +182,7 @@ class Replica:
         self.stalls.stop()
         self.gc_pauses.close()
         self.answers.close()
-        shutil.rmtree(self._scratch, ignore_errors=True)
+        self._scratch_folder.remove()
 
     def run(self, install_signals: bool = True) -> int:
         """Serve until SIGTERM/SIGINT; returns the process exit code."""
