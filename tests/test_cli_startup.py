@@ -70,3 +70,13 @@ def test_a_command_that_learns_gets_its_whole_parser():
     heavy, output, code = loaded_after(["replay", "--help"])
     assert code == 0 and "torch" in heavy
     assert "--learner" in output and "--cross-modal" in output
+
+
+def test_an_unknown_option_is_refused_by_its_command_with_that_command_s_usage():
+    """``oahu: error`` and the list of commands would not say which options the command has."""
+    argv = ["make-stream", "--dataset", "digits", "--n-constraints", "5", "--out", "s.npz"]
+    heavy, output, code = loaded_after(argv)
+    assert (heavy, code) == ([], 2)
+    assert output.startswith("usage: oahu make-stream")
+    assert "--constraints N" in output  # the option meant, in the usage shown
+    assert output.endswith("oahu make-stream: error: unrecognized arguments: --n-constraints 5\n")

@@ -21,10 +21,18 @@ COMMANDS: tuple[str, ...] = (
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The ``oahu`` parser. When ``argv`` names a command, only that command's module is
-    imported: ``run`` and ``replay`` load torch (seconds), and ``oahu suggest`` or ``oahu
-    produce`` in a labelling script should not wait for it. Otherwise (``oahu --help``, a
-    mistyped command) every command is there, so that the listing and the error are complete.
+    """The ``oahu`` parser (see :func:`_build`)."""
+    return _build(argv)[0]
+
+
+def _build(
+    argv: list[str] | None,
+) -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``oahu`` parser and its commands' parsers by name. When ``argv`` names a command,
+    only that command's module is imported: ``run`` and ``replay`` load torch (seconds), and
+    ``oahu suggest`` or ``oahu produce`` in a labelling script should not wait for it.
+    Otherwise (``oahu --help``, a mistyped command) every command is there, so that the
+    listing and the error are complete.
     """
     parser = argparse.ArgumentParser(
         prog="oahu",
@@ -36,11 +44,17 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     named = [name for name in COMMANDS if words[:1] == [name.replace("_", "-")]]
     for name in named or COMMANDS:
         importlib.import_module(f"oahu.cli.{name}").add_parser(sub)
-    return parser
+    return parser, sub.choices
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(argv).parse_args(argv)
+    parser, commands = _build(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # Said by the command's own parser, as its other argument errors are: "oahu
+        # make-stream: error: ..." after that command's usage (its options), where the top
+        # parser would say "oahu: error: ..." after the list of commands.
+        commands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         return int(args.func(args) or 0)
     except (ValueError, *_FILE_ERRORS) as exc:
