@@ -42,6 +42,9 @@ def test_run_names_the_file_and_what_was_expected(garbage: Path, tmp_path: Path,
     err = capsys.readouterr().err
     assert err.endswith("oahu run: error: " + refusal(garbage)), err
     assert "codec" not in err and "Traceback" not in err
+    # refused before anything was written: no state folder (without --source, the embedded
+    # default stream is built in it first, so the folder is made before the items are read)
+    assert not (tmp_path / "state").exists()
 
 
 @pytest.mark.parametrize("option", ["--items", "--gallery"])
@@ -89,3 +92,15 @@ def test_at_the_default_log_level_the_refusal_is_the_only_line(tmp_path: Path) -
     done = subprocess.run(argv, capture_output=True, text=True, timeout=300)
     assert done.returncode == 2
     assert done.stderr == f"oahu run: error: {missing}: no such file or directory\n"
+
+
+def test_a_checkpoint_dir_that_is_a_file_is_refused_by_name(tmp_path: Path, capsys) -> None:
+    """``mkdir`` of an existing file raised a bare FileExistsError, with its traceback."""
+    taken = tmp_path / "state"
+    taken.write_text("not a folder")
+    argv = ["run", "--checkpoint-dir", str(taken), "--http", "127.0.0.1:0", "--log-level",
+            "error", "--exit-at-end", "--default-constraints", "100"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err == f"oahu run: error: checkpoint_dir: {str(taken)!r} exists and is not a directory\n"
+    assert taken.read_text() == "not a folder"

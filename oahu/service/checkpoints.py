@@ -111,6 +111,25 @@ class Restored:
         return bool(self.refused)
 
 
+def make_state_dir(directory: str | os.PathLike[str]) -> Path:
+    """The service's state folder (``--checkpoint-dir``), made if missing, with the temporary
+    files a crash in the middle of a write left in it removed. A path that exists and is not a
+    folder is refused by name, where ``mkdir`` would raise a bare "File exists".
+
+    >>> make_state_dir("/dev/null")
+    Traceback (most recent call last):
+    ...
+    ValueError: checkpoint_dir: '/dev/null' exists and is not a directory
+    """
+    path = Path(directory)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"checkpoint_dir: {str(path)!r} exists and is not a directory")
+    path.mkdir(parents=True, exist_ok=True)
+    for stale in path.glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+    return path
+
+
 def checkpoint_path(directory: str | os.PathLike[str]) -> Path:
     return Path(directory) / CHECKPOINT_FILE
 

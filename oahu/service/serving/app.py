@@ -26,6 +26,7 @@ from oahu.service.catalog import OVERLAY_FILE, Catalog, ItemChange, base_items
 from oahu.service.checkpoints import (
     Progress,
     checkpoint_path,
+    make_state_dir,
     restore_checkpoint,
 )
 from oahu.service.config import ServiceConfig
@@ -74,7 +75,7 @@ def default_stream(config: ServiceConfig) -> Path:
     from oahu.streams.benchmark_stream import build_stream
     from oahu.streams.stream_file import load_stream
 
-    path = Path(config.checkpoint_dir).resolve() / (
+    path = make_state_dir(config.checkpoint_dir).resolve() / (
         f"digits-{config.default_constraints}-seed{config.seed}.npz"
     )
     if not path.exists() or load_stream(path).image_shape is None:
@@ -129,21 +130,20 @@ class Service:
         self.config = config
         self.stop_event = threading.Event()
         self.metrics = ServiceMetrics(SUGGEST_STRATEGIES)
-        state_dir = Path(config.checkpoint_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
-        for stale in state_dir.glob(".*.tmp"):  # left by a crash in the middle of a write
-            stale.unlink(missing_ok=True)
         if config.source is None:
             config = self.config = config.replace(source=default_stream(config).as_uri())
         if config.is_kafka:
             config.check_kafka_options()
         items, gallery = initial_items(config)
-        self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
         cross_modal = cross_modal_stream(config)
+        if cross_modal is not None:
+            check_cross_modal_config(config)
+        # Made once the inputs passed their checks: a refused command leaves no empty folder.
+        state_dir = make_state_dir(config.checkpoint_dir)
+        self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
         # a cross-modal stream's items, by modality: the model is then a cross-modal one
         self.modal_catalog = None
         if cross_modal is not None:
-            check_cross_modal_config(config)
             self.modal_catalog = ModalCatalog(ModalItems.from_stream(cross_modal), state_dir)
         self.learner, progress, fell_back = self._restore_or_create(checkpoint_path(state_dir))
         progress.source = config.source or ""
