@@ -59,12 +59,3 @@ def test_the_folders_of_killed_replicas_go_when_the_next_one_starts(tmp_path: Pa
             if proc.poll() is None:
                 kill_9(proc)
 
-
-def test_a_folder_being_created_has_its_lock_before_a_sweep_can_see_it(tmp_path: Path) -> None:
-    """The owner's lock file takes its name only once locked: a folder whose lock file does
-    not exist yet is skipped, never removed from under the replica creating it."""
-    creating = tmp_path / (PREFIX + "creating")
-    creating.mkdir()
-    (creating / ".owner.new").write_bytes(b"")
-    assert remove_abandoned(tmp_path) == []
-    assert creating.is_dir()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from pathlib import Path
 
 from kafka import KafkaConsumer
 
@@ -80,8 +79,8 @@ class Replica:
         # Stateless: what the console and the catalog need on disk lives as long as the process,
         # and the folders of replicas killed before they could remove theirs go now.
         self._scratch_folder = ScratchFolder()
-        self._scratch = str(self._scratch_folder.path)
-        config = self.config = config.replace(checkpoint_dir=self._scratch)
+        scratch = self._scratch_folder.path
+        config = self.config = config.replace(checkpoint_dir=str(scratch))
         self.stop_event = threading.Event()
         self.metrics = ServiceMetrics(SUGGEST_STRATEGIES)
         # a cross-modal learner service's replica holds the items of its cross-modal stream file
@@ -89,14 +88,14 @@ class Replica:
         self.modal_catalog = None
         if cross_modal is None:
             items, gallery = replica_items(config)
-            self.catalog = Catalog(items, gallery, Path(self._scratch) / OVERLAY_FILE)
+            self.catalog = Catalog(items, gallery, scratch / OVERLAY_FILE)
             dim = self.catalog.dim
             if dim is None:
                 raise ValueError("gallery: no items in --gallery or --items to tell the input size")
         else:
-            self.catalog = Catalog(ItemStore(), ItemStore(), Path(self._scratch) / OVERLAY_FILE)
+            self.catalog = Catalog(ItemStore(), ItemStore(), scratch / OVERLAY_FILE)
             dim = 0
-            self.modal_catalog = ModalCatalog(ModalItems.from_stream(cross_modal), self._scratch)
+            self.modal_catalog = ModalCatalog(ModalItems.from_stream(cross_modal), scratch)
         self.publisher = SnapshotPublisher(
             self.catalog,
             self.metrics,
