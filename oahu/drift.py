@@ -24,13 +24,15 @@ constraints is not the one a drift departs from).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
-from river import base, drift
+
+if TYPE_CHECKING:
+    from river.base import DriftDetector
 
 DetectorName = Literal["adwin", "page-hinkley", "kswin"]
 DETECTORS: tuple[str, ...] = ("adwin", "page-hinkley", "kswin")
@@ -59,23 +61,33 @@ FEED = 16
 _BEFORE = 200  # the latest outcomes at a detection count as after it, not before
 _MAX_EVENTS = 1000  # events listed (the counts stay exact beyond that)
 
-_FACTORIES: dict[str, Callable[[], base.DriftDetector]] = {
-    "adwin": drift.ADWIN,  # river's defaults: δ = 0.002
+# river is imported when a detector is made, not with this module: importing river.drift brings
+# in river's datasets and with them scikit-learn and SciPy (over a second), which a process that
+# only serves a snapshot (no detector in it) would pay at every start for nothing.
+_ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
+    "adwin": ("ADWIN", {}),  # river's defaults: δ = 0.002
     # mode="up": only a rising mistake rate is a change worth reporting.
-    "page-hinkley": lambda: drift.PageHinkley(mode="up"),
-    "kswin": lambda: drift.KSWIN(seed=0),
+    "page-hinkley": ("PageHinkley", {"mode": "up"}),
+    "kswin": ("KSWIN", {"seed": 0}),
 }
 
 
-def make_detector(name: str) -> base.DriftDetector:
+def _require_known(name: str) -> None:
+    if name not in _ARGUMENTS:
+        raise ValueError(f"drift_detector: unknown {name!r}; choose one of {', '.join(DETECTORS)}")
+
+
+def make_detector(name: str) -> DriftDetector:
     """A fresh river detector called ``name`` (one of :data:`DETECTORS`).
 
     >>> type(make_detector("adwin")).__name__, make_detector("adwin").delta
     ('ADWIN', 0.002)
     """
-    if name not in _FACTORIES:
-        raise ValueError(f"drift_detector: unknown {name!r}; choose one of {', '.join(DETECTORS)}")
-    return _FACTORIES[name]()
+    _require_known(name)
+    from river import drift
+
+    cls, kwargs = _ARGUMENTS[name]
+    return getattr(drift, cls)(**kwargs)
 
 
 @dataclass(frozen=True)
@@ -107,7 +119,9 @@ class _Watch:
         self.limit = history
         self.confirm = confirm
         self.min_rise = min_rise
-        self.detector = make_detector(detector)
+        # Made at the first outcome fed (`_rebuilt`), not here: a learner rebuilt to answer
+        # queries (a serving snapshot) never feeds one, and so never imports river.
+        self.detector: DriftDetector | None = None
         self.outcomes: list[bool] = []
         # (mistake rate before, constraint index, mistakes since, outcomes since, first index
         # that counts, whether the update starting there is still to be looked at) while a
@@ -117,10 +131,17 @@ class _Watch:
         self.reference: tuple[float, int] | None = None
 
     def restart(self, outcomes: list[bool]) -> None:
-        self.detector = make_detector(self.name)
+        """Start again from ``outcomes``: the detector is rebuilt from them when the next
+        outcome comes."""
+        self.detector = None
         self.outcomes = outcomes
-        for outcome in outcomes:  # detections while rebuilding are history, not news
-            self.detector.update(outcome)
+
+    def _rebuilt(self) -> DriftDetector:
+        detector = make_detector(self.name)
+        for outcome in self.outcomes:  # detections while rebuilding are history, not news
+            detector.update(outcome)
+        self.detector = detector
+        return detector
 
     def feed(
         self, mistakes: Sequence[bool], first: int, ends: Sequence[int]
@@ -130,12 +151,13 @@ class _Watch:
         after)`` of each drift they confirm."""
         found = []
         for (index, mistake), end in zip(enumerate(mistakes, first), ends, strict=True):
+            detector = self.detector if self.detector is not None else self._rebuilt()
             self.outcomes.append(mistake)
-            self.detector.update(mistake)
+            detector.update(mistake)
             # The common case, nothing pending, detected or to trim, costs only these tests.
             if (
                 self.pending is None
-                and not self.detector.drift_detected
+                and not detector.drift_detected
                 and len(self.outcomes) < self.limit
             ):
                 continue
@@ -173,7 +195,7 @@ class _Watch:
                     self.reference = None
                     return since, before, errors / count
                 self.reference = (before, index)
-        elif self.detector.drift_detected:
+        elif self.detector is not None and self.detector.drift_detected:
             latest = min(_BEFORE, len(self.outcomes) // 2)
             older, recent = self.outcomes[: -latest or None], self.outcomes[-latest:]
             before = float(np.mean(older)) if older else 0.0
@@ -243,7 +265,7 @@ class DriftMonitor:
         min_rise: float = MIN_RISE,
         feed: int = FEED,
     ) -> None:
-        make_detector(detector)  # a clear error for an unknown name, here
+        _require_known(detector)  # a clear error here, not at the first outcome
         if not signals or signals[0] != COMBINED:
             raise ValueError(f"signals: the first must be {COMBINED!r}, got {list(signals)!r}")
         if int(history) < 2:

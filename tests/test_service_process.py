@@ -4,11 +4,13 @@ subprocesses)."""
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 from service_support import (
     ServiceProcess,
     assert_same_model,
@@ -123,3 +125,33 @@ def test_the_learner_process_imports_no_serving_code():
         [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_the_serving_process_answers_from_a_snapshot_without_river_or_scikit_learn(tmp_path):
+    """A learner rebuilt from a serving snapshot keeps no drift detector running, so the
+    serving process (and every replica) does not pay the second of imports that river's drift
+    package brings in with scikit-learn and SciPy; only learning loads them."""
+    from oahu.persistence import learner_to_bytes
+    from oahu.registry import make_learner
+
+    rng = np.random.default_rng(0)
+    learner = make_learner("oahu", 8, seed=0)
+    learner.prepare(rng.normal(size=(100, 8)))
+    learner.learn_triplets(*rng.normal(size=(3, 64, 8)))
+    assert learner.drift is not None and learner.drift.seen == 64  # a detector was watching
+    snapshot = tmp_path / "snapshot"
+    snapshot.write_bytes(learner_to_bytes(learner, queries_only=True))
+    expected = learner.embed(np.eye(8))
+    probe = (
+        "import sys, numpy as np, oahu.service.serving.app\n"
+        "from oahu.persistence import learner_from_bytes\n"
+        f"learner = learner_from_bytes(open({str(snapshot)!r}, 'rb').read())[0]\n"
+        "np.save(sys.stdout.buffer, learner.embed(np.eye(8)))\n"
+        "heavy = ('river.drift', 'sklearn', 'scipy.stats')\n"
+        "print(sorted(m for m in heavy if m in sys.modules), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, timeout=120, check=True
+    )
+    assert done.stderr.decode().strip() == "[]"
+    np.testing.assert_allclose(np.load(io.BytesIO(done.stdout)), expected, rtol=1e-5, atol=1e-6)

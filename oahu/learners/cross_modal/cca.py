@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-from sklearn.cross_decomposition import PLSCanonical
 
 from oahu.learners.cross_modal.codes import pack_codes
 
@@ -87,6 +86,8 @@ class CanonicalReference:
         # Every component the views allow: codes of any length up to it come from one fit.
         self._fit_cca(z, n_max)
         if self.method == "pls":
+            from sklearn.cross_decomposition import PLSCanonical  # only fitting needs it
+
             self._pls = PLSCanonical(self.n_components, scale=False, max_iter=1000).fit(*z)
         return self
 

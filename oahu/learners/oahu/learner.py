@@ -24,7 +24,6 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from sklearn.decomposition import PCA
 
 from oahu.capabilities import Capabilities, Diagnostic
 from oahu.generator_state import generator_state, restore_generator
@@ -314,6 +313,8 @@ class OAHU(Learner):
             return
         # At most as many axes as the items span (a preset serves 64-d digits and 784-d images).
         k = min(self.config.head0_components or self.network.embedding_dim, *items.shape)
+        from sklearn.decomposition import PCA  # only fitting needs scikit-learn
+
         pca = PCA(n_components=k, svd_solver="covariance_eigh").fit(items)
         self.network.set_head0(pca.components_)
         self._head0_prepared = True
