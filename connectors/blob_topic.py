@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 __all__ = ["CHUNK_BYTES", "Blob", "BlobReader", "BlobWriter", "assemble", "ensure_topic"]
 
 CHUNK_BYTES = 512 * 1024
+# How long a client waits for the brokers before it fails (kafka-python's own default is 30 s):
+# a replica whose brokers are unreachable says so in /readyz after this long, as the constraint
+# source does (connectors/kafka_source.py). --kafka-option bootstrap_timeout_ms=N overrides it.
+BOOTSTRAP_TIMEOUT_MS = 10_000
 # Compaction settings: segments roll often enough that superseded versions are cleaned within
 # minutes, so a new reader reads little more than the newest blob.
 TOPIC_CONFIG = {
@@ -256,10 +260,12 @@ class BlobReader:
 
 
 def _only(options: dict[str, Any] | None, client: str) -> dict[str, Any]:
-    """The ``--kafka-option`` settings that kafka-python's ``client`` takes."""
+    """The ``--kafka-option`` settings that kafka-python's ``client`` takes, over our
+    ``bootstrap_timeout_ms``."""
+    chosen: dict[str, Any] = {"bootstrap_timeout_ms": BOOTSTRAP_TIMEOUT_MS}
     if not options:
-        return {}
+        return chosen
     from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
     known = {"admin": KafkaAdminClient, "producer": KafkaProducer, "consumer": KafkaConsumer}
-    return {k: v for k, v in options.items() if k in known[client].DEFAULT_CONFIG}
+    return chosen | {k: v for k, v in options.items() if k in known[client].DEFAULT_CONFIG}

@@ -14,9 +14,10 @@ import httpx
 import numpy as np
 import pytest
 from kafka import KafkaProducer
-from service_support import ServiceProcess, make_stream, wait_until
+from kafka.errors import KafkaTimeoutError
+from service_support import ServiceProcess, free_port, make_stream, wait_until
 
-from oahu.connectors.blob_topic import CHUNK_BYTES, BlobReader, BlobWriter
+from oahu.connectors.blob_topic import BOOTSTRAP_TIMEOUT_MS, CHUNK_BYTES, BlobReader, BlobWriter
 from oahu.service.serving.model_publishing import latest_version
 from oahu.streams.stream_file import ConstraintStream
 
@@ -62,6 +63,15 @@ def test_blobs_are_chunked_checked_and_read_back_whole_newest_first(kafka_bootst
     assert reader.corrupt == 1
     # a new writer continues after every version seen, the incomplete one included
     assert latest_version(kafka_bootstrap, topic) == 4
+
+
+def test_unreachable_brokers_fail_a_reader_within_the_bootstrap_timeout():
+    """A replica's follower says why it cannot read the topics once its reader fails; that is
+    after our bootstrap timeout (10 s), not kafka-python's 30 s."""
+    started = time.monotonic()
+    with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
+        BlobReader(f"127.0.0.1:{free_port()}", unique("blobs"))
+    assert time.monotonic() - started < 2 * BOOTSTRAP_TIMEOUT_MS / 1000
 
 
 def answers(base: str, body: dict, retrieve: dict) -> tuple[dict, dict]:
