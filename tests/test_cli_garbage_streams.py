@@ -42,8 +42,7 @@ def test_run_names_the_file_and_what_was_expected(garbage: Path, tmp_path: Path,
     err = capsys.readouterr().err
     assert err.endswith("oahu run: error: " + refusal(garbage)), err
     assert "codec" not in err and "Traceback" not in err
-    # refused before anything was written: no state folder (without --source, the embedded
-    # default stream is built in it first, so the folder is made before the items are read)
+    # refused before anything was written: no state folder
     assert not (tmp_path / "state").exists()
 
 
@@ -53,12 +52,25 @@ def test_run_names_a_bad_items_or_gallery_file(
 ) -> None:
     # A .npz name does not make a file an archive: the refusal is the stream reader's, not
     # numpy's advice to unpickle it.
-    argv = ["run", option, str(garbage), "--checkpoint-dir", str(tmp_path / "state"),
+    argv = ["run", option, str(garbage), "--checkpoint-dir", str(tmp_path / "state" / "run"),
             "--http", "127.0.0.1:0", "--log-level", "error", "--exit-at-end"]  # fmt: skip
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.endswith("oahu run: error: " + refusal(garbage)), err
     assert "pickle" not in err
+    # Without --source the embedded default stream was written into the state folder before
+    # the file was read; the refusal took away both folders this start made.
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_refusal_keeps_a_state_folder_it_did_not_make(garbage: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "checkpoint.pt").write_bytes(b"a deployment's state")
+    argv = ["run", "--gallery", str(garbage), "--checkpoint-dir", str(state),
+            "--http", "127.0.0.1:0", "--log-level", "error", "--exit-at-end"]  # fmt: skip
+    assert main(argv) == 2
+    assert (state / "checkpoint.pt").read_bytes() == b"a deployment's state"
 
 
 @pytest.mark.parametrize(

@@ -130,6 +130,23 @@ def make_state_dir(directory: str | os.PathLike[str]) -> Path:
     return path
 
 
+def outermost_missing(directory: str | os.PathLike[str]) -> Path | None:
+    """The outermost folder :func:`make_state_dir` would make for ``directory`` (None when it
+    exists): removing it takes away everything that made.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> outermost_missing(root / "a" / "b") == root / "a", outermost_missing(root)
+    (True, None)
+    """
+    missing = None
+    for path in (Path(directory).absolute(), *Path(directory).absolute().parents):
+        if path.exists():
+            return missing
+        missing = path
+    return missing
+
+
 def checkpoint_path(directory: str | os.PathLike[str]) -> Path:
     return Path(directory) / CHECKPOINT_FILE
 

@@ -11,6 +11,7 @@ service exits 0.
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 import threading
 from pathlib import Path
@@ -27,6 +28,7 @@ from oahu.service.checkpoints import (
     Progress,
     checkpoint_path,
     make_state_dir,
+    outermost_missing,
     restore_checkpoint,
 )
 from oahu.service.config import ServiceConfig
@@ -130,14 +132,22 @@ class Service:
         self.config = config
         self.stop_event = threading.Event()
         self.metrics = ServiceMetrics(SUGGEST_STRATEGIES)
-        if config.source is None:
-            config = self.config = config.replace(source=default_stream(config).as_uri())
-        if config.is_kafka:
-            config.check_kafka_options()
-        items, gallery = initial_items(config)
-        cross_modal = cross_modal_stream(config)
-        if cross_modal is not None:
-            check_cross_modal_config(config)
+        # The embedded default stream is written into the state folder before the inputs are
+        # checked: a refusal takes away the folders this start made, as it leaves no empty one.
+        made = outermost_missing(config.checkpoint_dir) if config.source is None else None
+        try:
+            if config.source is None:
+                config = self.config = config.replace(source=default_stream(config).as_uri())
+            if config.is_kafka:
+                config.check_kafka_options()
+            items, gallery = initial_items(config)
+            cross_modal = cross_modal_stream(config)
+            if cross_modal is not None:
+                check_cross_modal_config(config)
+        except Exception:
+            if made is not None:
+                shutil.rmtree(made, ignore_errors=True)
+            raise
         # Made once the inputs passed their checks: a refused command leaves no empty folder.
         state_dir = make_state_dir(config.checkpoint_dir)
         self.catalog = Catalog(items, gallery, state_dir / OVERLAY_FILE)
