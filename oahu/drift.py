@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from river.base import DriftDetector
 
 DetectorName = Literal["adwin", "page-hinkley", "kswin"]
-DETECTORS: tuple[str, ...] = ("adwin", "page-hinkley", "kswin")
 COMBINED = "combined"  # the signal of the α-combined metric (a one-depth learner's only one)
 
 # A detection is a drift once the mistake rate over the CONFIRM constraints after it exceeds the
@@ -70,6 +69,7 @@ _ARGUMENTS: dict[str, tuple[str, dict[str, Any]]] = {
     "page-hinkley": ("PageHinkley", {"mode": "up"}),
     "kswin": ("KSWIN", {"seed": 0}),
 }
+DETECTORS: tuple[str, ...] = tuple(_ARGUMENTS)
 
 
 def _require_known(name: str) -> None:
@@ -161,15 +161,18 @@ class _Watch:
                 and len(self.outcomes) < self.limit
             ):
                 continue
-            rise = self._settle(mistake, index, end)
+            rise = self._settle(mistake, index, end, detector.drift_detected)
             if rise is not None:
                 found.append((index, *rise))
         return found
 
-    def _settle(self, mistake: bool, index: int, end: int) -> tuple[int, float, float] | None:
-        """After outcome ``index`` (of the update ending before ``end``) was fed: count it
-        towards a pending confirmation, start one on a detection, trim the kept outcomes;
-        ``(suspected_at, before, after)`` when it confirms a drift.
+    def _settle(
+        self, mistake: bool, index: int, end: int, detected: bool
+    ) -> tuple[int, float, float] | None:
+        """After outcome ``index`` (of the update ending before ``end``) was fed, ``detected``
+        whether the detector fired on it: count it towards a pending confirmation, start one on
+        a detection, trim the kept outcomes; ``(suspected_at, before, after)`` when it confirms
+        a drift.
 
         A confirmation counts the outcomes of later updates only: the rest of the detecting
         update was ranked by the same model, so a burst of hard constraints there says nothing
@@ -195,7 +198,7 @@ class _Watch:
                     self.reference = None
                     return since, before, errors / count
                 self.reference = (before, index)
-        elif self.detector is not None and self.detector.drift_detected:
+        elif detected:
             latest = min(_BEFORE, len(self.outcomes) // 2)
             older, recent = self.outcomes[: -latest or None], self.outcomes[-latest:]
             before = float(np.mean(older)) if older else 0.0

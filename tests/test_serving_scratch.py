@@ -58,4 +58,3 @@ def test_the_folders_of_killed_replicas_go_when_the_next_one_starts(tmp_path: Pa
         for proc in (killed, live):
             if proc.poll() is None:
                 kill_9(proc)
-

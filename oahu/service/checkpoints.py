@@ -139,8 +139,8 @@ def outermost_missing(directory: str | os.PathLike[str]) -> Path | None:
     >>> outermost_missing(root / "a" / "b") == root / "a", outermost_missing(root)
     (True, None)
     """
-    missing = None
-    for path in (Path(directory).absolute(), *Path(directory).absolute().parents):
+    missing, wanted = None, Path(directory).absolute()
+    for path in (wanted, *wanted.parents):
         if path.exists():
             return missing
         missing = path
