@@ -53,6 +53,22 @@ class ForwardCache:
     norms: Array  # (L+1, m, 1): ‖Θ(l) h(l)‖ clamped at _NORM_EPS
     embeddings: Array  # (L+1, m, E): f(l)(x)
 
+    def rows(self, index: Array) -> ForwardCache:
+        """The cache of the rows ``index`` alone, in that order: a step on it is the step on
+        the whole cache whenever the other rows' embedding gradients are zero (each row's
+        contributions to the weights' gradients are separate terms of their sums).
+
+        >>> cache = ForwardCache(
+        ...     np.arange(6.0).reshape(3, 2), np.zeros((1, 3, 4)), np.ones((2, 3, 1)),
+        ...     np.zeros((2, 3, 5)))
+        >>> part = cache.rows(np.array([2, 0]))
+        >>> part.x.tolist(), part.hidden.shape, part.norms.shape, part.embeddings.shape
+        ([[4.0, 5.0], [0.0, 1.0]], (1, 2, 4), (2, 2, 1), (2, 2, 5))
+        """
+        return ForwardCache(
+            self.x[index], self.hidden[:, index], self.norms[:, index], self.embeddings[:, index]
+        )
+
 
 class MultiDepthNetwork:
     """Parameters of the OAHU network and its forward pass and in-place gradient step.

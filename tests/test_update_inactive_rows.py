@@ -1,0 +1,111 @@
+"""An update steps the network on the rows of its active constraints alone: the margin loss
+leaves most constraints of a micro-batch with no derivative, and their rows would only add zeros
+to the weights' gradients. These check that leaving them out changes nothing but the work."""
+
+import numpy as np
+import pytest
+import torch
+
+from oahu.learners.oahu.learner import OAHU
+from oahu.learners.oahu.network import ForwardCache
+
+
+def _model() -> OAHU:
+    model = OAHU(5, n_hidden_layers=2, hidden_width=6, embedding_dim=3, batch_size=8, seed=3)
+    model.prepare(np.random.default_rng(11).random((60, 5), dtype=np.float32))
+    model.update_step.learned = 10_000  # past the ramp: one update takes all eight
+    return model
+
+
+def _half_inactive() -> tuple[np.ndarray, list[bool]]:
+    """Eight triplets: even ones with the positive on the anchor and the negative far (no
+    margin loss at any depth), odd ones with the positive far and the negative next to the
+    anchor (a loss at every depth)."""
+    rng = np.random.default_rng(5)
+    anchors = rng.random((8, 5), dtype=np.float32)
+    others = anchors[::-1] + 2.0  # far from every anchor
+    triplets = np.stack([anchors, anchors, others], axis=1)
+    triplets[1::2] = np.stack([anchors[1::2], others[1::2], anchors[1::2] + 0.01], axis=1)
+    return triplets, [bool(i % 2) for i in range(8)]
+
+
+def _recording_rows(model: OAHU) -> list[int]:
+    """The rows of every network step ``model`` takes, recorded as they come."""
+    rows: list[int] = []
+    step = model.network.step
+
+    def recorded(cache: ForwardCache, *args, **kwargs):
+        rows.append(cache.x.shape[0])
+        return step(cache, *args, **kwargs)
+
+    model.network.step = recorded
+    return rows
+
+
+def test_inactive_constraints_leave_the_step_and_the_model_is_the_same() -> None:
+    compact, every_row = _model(), _model()
+    # The same learner stepping on every row, as it did before inactive rows were left out.
+    full_step = every_row.update_step
+    full_step.with_gradient = lambda cache, grad, g_pos, g_neg: (
+        cache,
+        grad.reshape(cache.embeddings.shape),
+    )
+    rows_compact, rows_full = _recording_rows(compact), _recording_rows(every_row)
+    start = {k: v.clone() for k, v in compact.network.tensors().items()}
+    triplets, active = _half_inactive()
+    # Twice: the residual heads start at zero, so the first update moves no hidden layer.
+    for _ in range(2):
+        used = compact.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+        every_row.learn_triplets(triplets[:, 0], triplets[:, 1], triplets[:, 2])
+    assert used.tolist() == active
+    assert rows_full[0] == 3 * 8  # the first update: three rows per triplet, nothing replayed
+    assert rows_compact[0] == 3 * 4  # the four active triplets' rows alone
+    assert len(rows_compact) == len(rows_full) == 2
+    assert rows_compact[1] < rows_full[1]  # with its replayed and mined triplets
+    for name, value in compact.network.tensors().items():
+        assert not torch.equal(value, start[name]), name  # the steps were taken
+        assert torch.allclose(value, every_row.network.tensors()[name], atol=1e-6), name
+    assert np.array_equal(compact.alpha, every_row.alpha)
+
+
+def test_rows_are_picked_role_by_role() -> None:
+    # Constraints 0 and 2 of three active: rows t, T + t, 2T + t of each, roles in order.
+    step = _model().update_step
+    n_depths, width = step.n_depths, 3
+    x = np.arange(9 * 2, dtype=np.float32).reshape(9, 2)  # rows a0 a1 a2 p0 p1 p2 n0 n1 n2
+    cache = ForwardCache(
+        x,
+        np.zeros((n_depths - 1, 9, 4), np.float32),
+        np.ones((n_depths, 9, 1), np.float32),
+        np.zeros((n_depths, 9, width), np.float32),
+    )
+    grad = np.arange(n_depths * 3 * 3 * width, dtype=np.float32).reshape(n_depths, 3, 3, width)
+    g_pos = np.zeros((n_depths, 3), np.float32)
+    g_neg = np.zeros((n_depths, 3), np.float32)
+    g_pos[1, 0] = 0.5  # constraint 0 has a derivative at depth 1 only
+    g_neg[0, 2] = -0.5  # constraint 2 at depth 0 only
+    picked, picked_grad = step.with_gradient(cache, grad, g_pos, g_neg)
+    assert picked.x[:, 0].tolist() == [0.0, 4.0, 6.0, 10.0, 12.0, 16.0]  # rows 0 2 3 5 6 8
+    assert picked_grad.shape == (n_depths, 6, width)
+    assert np.array_equal(picked_grad[:, 1], grad[:, 0, 2])  # constraint 2's anchor
+    assert np.array_equal(picked_grad[:, 2], grad[:, 1, 0])  # constraint 0's positive
+
+
+@pytest.mark.parametrize("active", [0, 3])
+def test_no_active_constraint_means_no_step_and_all_active_keeps_every_row(active: int) -> None:
+    step = _model().update_step
+    n_depths = step.n_depths
+    cache = ForwardCache(
+        np.zeros((9, 2), np.float32),
+        np.zeros((n_depths - 1, 9, 4), np.float32),
+        np.ones((n_depths, 9, 1), np.float32),
+        np.zeros((n_depths, 9, 3), np.float32),
+    )
+    grad = np.ones((n_depths, 3, 3, 3), np.float32)
+    g_pos = np.zeros((n_depths, 3), np.float32)
+    g_pos[:, :active] = 1.0
+    picked, picked_grad = step.with_gradient(cache, grad, g_pos, np.zeros_like(g_pos))
+    if active:
+        assert picked is cache and picked_grad.shape == (n_depths, 9, 3)
+    else:
+        assert picked is None
