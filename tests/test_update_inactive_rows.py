@@ -46,7 +46,7 @@ def test_inactive_constraints_leave_the_step_and_the_model_is_the_same() -> None
     compact, every_row = _model(), _model()
     # The same learner stepping on every row, as it did before inactive rows were left out.
     full_step = every_row.update_step
-    full_step.with_gradient = lambda cache, grad, g_pos, g_neg: (
+    full_step.with_gradient = lambda cache, grad, g_pos, g_neg, n_new: (
         cache,
         grad.reshape(cache.embeddings.shape),
     )
@@ -84,7 +84,7 @@ def test_rows_are_picked_role_by_role() -> None:
     g_neg = np.zeros((n_depths, 3), np.float32)
     g_pos[1, 0] = 0.5  # constraint 0 has a derivative at depth 1 only
     g_neg[0, 2] = -0.5  # constraint 2 at depth 0 only
-    picked, picked_grad = step.with_gradient(cache, grad, g_pos, g_neg)
+    picked, picked_grad = step.with_gradient(cache, grad, g_pos, g_neg, n_new=3)
     assert picked.x[:, 0].tolist() == [0.0, 4.0, 6.0, 10.0, 12.0, 16.0]  # rows 0 2 3 5 6 8
     assert picked_grad.shape == (n_depths, 6, width)
     assert np.array_equal(picked_grad[:, 1], grad[:, 0, 2])  # constraint 2's anchor
@@ -104,8 +104,25 @@ def test_no_active_constraint_means_no_step_and_all_active_keeps_every_row(activ
     grad = np.ones((n_depths, 3, 3, 3), np.float32)
     g_pos = np.zeros((n_depths, 3), np.float32)
     g_pos[:, :active] = 1.0
-    picked, picked_grad = step.with_gradient(cache, grad, g_pos, np.zeros_like(g_pos))
+    picked, picked_grad = step.with_gradient(cache, grad, g_pos, np.zeros_like(g_pos), n_new=3)
     if active:
         assert picked is cache and picked_grad.shape == (n_depths, 9, 3)
     else:
         assert picked is None
+
+
+def test_a_strict_update_keeps_every_row() -> None:
+    # A strict update's few rows cost their calls, not their arithmetic: it keeps its sums.
+    step = _model().update_step
+    n_depths = step.n_depths
+    cache = ForwardCache(
+        np.zeros((6, 2), np.float32),
+        np.zeros((n_depths - 1, 6, 4), np.float32),
+        np.ones((n_depths, 6, 1), np.float32),
+        np.zeros((n_depths, 6, 3), np.float32),
+    )
+    g_pos = np.zeros((n_depths, 2), np.float32)
+    g_pos[:, 0] = 1.0  # the new constraint active, its replayed one not
+    grad = np.ones((n_depths, 3, 2, 3), np.float32)
+    picked, picked_grad = step.with_gradient(cache, grad, g_pos, np.zeros_like(g_pos), n_new=1)
+    assert picked is cache and picked_grad.shape == (n_depths, 6, 3)

@@ -192,7 +192,7 @@ class UpdateStep:
             grad = embedding_gradient(scale, g_pos, g_neg, diffs, dists, n_roles)
             # A strict step never comes near the trust region (B2); it is not computed there.
             limit = self.config.max_step_change if n_new > 1 else None
-            step_cache, step_grad = self.with_gradient(cache, grad, g_pos, g_neg)
+            step_cache, step_grad = self.with_gradient(cache, grad, g_pos, g_neg, n_new)
             if step_cache is not None:
                 self.network.step(step_cache, step_grad, self.learning_rate, limit)
         new_loss = loss[:, :n_new]
@@ -270,17 +270,22 @@ class UpdateStep:
         return cache, cache.embeddings.reshape(self.n_depths, n_roles, n_rows, -1)
 
     def with_gradient(
-        self, cache: ForwardCache, grad: Array, g_pos: Array, g_neg: Array
+        self, cache: ForwardCache, grad: Array, g_pos: Array, g_neg: Array, n_new: int
     ) -> tuple[ForwardCache | None, Array]:
         """The rows of the constraints whose loss has a derivative at some depth, and their
-        embedding gradients (L+1, rows, E) (None: no row has one). The backward pass over any
-        other row would only add zeros to the weights' gradients, and the margin loss leaves
-        most constraints of an update inactive: 15-25% of a B = 256 update's had a derivative
-        along a Fashion-MNIST stream (benchmarks/README.md, "Training throughput"). On a GPU
-        every row stays: picking them would wait for the device.
+        embedding gradients (L+1, rows, E) (None: no row has one), for an update of ``n_new``
+        new constraints. The backward pass over any other row would only add zeros to the
+        weights' gradients, and the margin loss leaves most constraints of a micro-batch
+        inactive: 15-25% of a B = 256 update's had a derivative along a Fashion-MNIST stream
+        (benchmarks/README.md, "Training throughput").
+
+        Every row stays on a GPU, where picking them would wait for the device, and in a
+        strict update, whose dozen rows cost their calls rather than their arithmetic: picking
+        them saved nothing there (1,150 against 1,170 triplets/s), and a strict update keeps
+        the exact sums it always had.
         """
         n_roles, n_rows, width = grad.shape[1:]
-        if not self.on_host:
+        if not self.on_host or n_new == 1:
             return cache, grad.reshape(cache.embeddings.shape)
         active = np.flatnonzero(((g_pos != 0) | (g_neg != 0)).any(0))
         if len(active) == n_rows:
