@@ -276,8 +276,8 @@ class UpdateStep:
         embedding gradients (L+1, rows, E) (None: no row has one), for an update of ``n_new``
         new constraints. The backward pass over any other row would only add zeros to the
         weights' gradients, and the margin loss leaves most constraints of a micro-batch
-        inactive: 15-25% of a B = 256 update's had a derivative along a Fashion-MNIST stream
-        (benchmarks/README.md, "Training throughput").
+        inactive: about 17% of a B = 256 update's had a derivative along a Fashion-MNIST
+        stream (benchmarks/README.md, "Learning at scale").
 
         Every row stays on a GPU, where picking them would wait for the device, and in a
         strict update, whose dozen rows cost their calls rather than their arithmetic: picking
