@@ -55,6 +55,15 @@ def test_a_light_command_still_checks_its_arguments_and_names_its_own_options():
     assert "oahu suggest: error: the following arguments are required: --batch" in output
 
 
+@pytest.mark.parametrize(("batch", "words"), [("0", "got 0"), ("-2", "got -2"), ("x", "got 'x'")])
+def test_a_batch_of_no_questions_is_refused_before_the_service_is_asked(batch, words):
+    # Nothing listens on port 1: a refusal here comes from the command, not from the service.
+    heavy, output, code = loaded_after(["suggest", "--url", "http://127.0.0.1:1", "--batch", batch])
+    assert (heavy, code) == ([], 2)
+    assert f"oahu suggest: error: argument --batch: must be an integer >= 1, {words}" in output
+    assert "cannot reach" not in output
+
+
 def test_help_and_a_mistyped_command_list_every_command():
     names = [name.replace("_", "-") for name in COMMANDS]
     _, output, code = loaded_after(["--help"])

@@ -51,7 +51,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help=f"the service's --auth-token, if it has one (default: ${TOKEN_ENV})",
     )
     parser.add_argument(
-        "--batch", required=True, type=int, metavar="K", help="questions wanted (1 to 1000)"
+        "--batch",
+        required=True,
+        type=_questions,
+        metavar="K",
+        help="questions wanted (1 to 1000; the service refuses more)",
     )
     pool = parser.add_mutually_exclusive_group()
     pool.add_argument(
@@ -83,6 +87,27 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the service's JSON answer")
     parser.set_defaults(func=suggest)
+
+
+def _questions(text: str) -> int:
+    """An integer >= 1, refused by argparse with the option's name before any request: a
+    request for no question is a mistake whether or not the service can be reached. (The upper
+    bound is the service's own, and it names it.)
+
+    >>> _questions("3")
+    3
+    >>> _questions("0")
+    Traceback (most recent call last):
+    ...
+    argparse.ArgumentTypeError: must be an integer >= 1, got 0
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
 
 
 def read_ids(path: str) -> list[str]:
