@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 
+from oahu.cli.argument_types import integer_at_least
 from oahu.streams.packaged_datasets import PACKAGED
 from oahu.streams.protocol import SPLITS
 from oahu.streams.stream_file import PROTOCOLS
@@ -45,7 +46,7 @@ def add_stream_arguments(
     )
     parser.add_argument(
         "--constraints",
-        type=_count,
+        type=integer_at_least(0),
         default=10_000,
         metavar="N",
         help="constraints in the built stream (default: 10000)",
@@ -64,15 +65,3 @@ def add_stream_arguments(
         help="closure: the paper's seeds + transitive closure; random: i.i.d. random "
         "constraints (default: closure)",
     )
-
-
-def _count(text: str) -> int:
-    """An integer >= 0, refused by argparse with the option's own name (``argument
-    --constraints: ...``) rather than later with the library's parameter name."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
-    return value

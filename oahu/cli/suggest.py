@@ -20,6 +20,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from oahu.cli.argument_types import integer_at_least
+
 STRATEGIES = ("joint-entropy", "uncertainty", "random")  # the service's (its OpenAPI schema)
 TOKEN_ENV = "OAHU_AUTH_TOKEN"  # the variable `oahu run` reads its --auth-token from too
 
@@ -53,7 +55,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--batch",
         required=True,
-        type=_questions,
+        # Refused before any request: asking for no question is a mistake whether or not the
+        # service is up. The upper bound is the service's own, and it names it.
+        type=integer_at_least(1),
         metavar="K",
         help="questions wanted (1 to 1000; the service refuses more)",
     )
@@ -87,27 +91,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print the service's JSON answer")
     parser.set_defaults(func=suggest)
-
-
-def _questions(text: str) -> int:
-    """An integer >= 1, refused by argparse with the option's name before any request: a
-    request for no question is a mistake whether or not the service can be reached. (The upper
-    bound is the service's own, and it names it.)
-
-    >>> _questions("3")
-    3
-    >>> _questions("0")
-    Traceback (most recent call last):
-    ...
-    argparse.ArgumentTypeError: must be an integer >= 1, got 0
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
 
 
 def read_ids(path: str) -> list[str]:
