@@ -29,6 +29,17 @@ def _half_inactive() -> tuple[np.ndarray, list[bool]]:
     return triplets, [bool(i % 2) for i in range(8)]
 
 
+def _cache(n_depths: int, n_rows: int, x: np.ndarray | None = None) -> ForwardCache:
+    """A forward pass's cache of ``n_rows`` rows (inputs ``x``, or zeros of width 2), with
+    embeddings of width 3; what picking rows reads of it is their order."""
+    return ForwardCache(
+        np.zeros((n_rows, 2), np.float32) if x is None else x,
+        np.zeros((n_depths - 1, n_rows, 4), np.float32),
+        np.ones((n_depths, n_rows, 1), np.float32),
+        np.zeros((n_depths, n_rows, 3), np.float32),
+    )
+
+
 def _recording_rows(model: OAHU) -> list[int]:
     """The rows of every network step ``model`` takes, recorded as they come."""
     rows: list[int] = []
@@ -73,12 +84,7 @@ def test_rows_are_picked_role_by_role() -> None:
     step = _model().update_step
     n_depths, width = step.n_depths, 3
     x = np.arange(9 * 2, dtype=np.float32).reshape(9, 2)  # rows a0 a1 a2 p0 p1 p2 n0 n1 n2
-    cache = ForwardCache(
-        x,
-        np.zeros((n_depths - 1, 9, 4), np.float32),
-        np.ones((n_depths, 9, 1), np.float32),
-        np.zeros((n_depths, 9, width), np.float32),
-    )
+    cache = _cache(n_depths, 9, x)
     grad = np.arange(n_depths * 3 * 3 * width, dtype=np.float32).reshape(n_depths, 3, 3, width)
     g_pos = np.zeros((n_depths, 3), np.float32)
     g_neg = np.zeros((n_depths, 3), np.float32)
@@ -95,12 +101,7 @@ def test_rows_are_picked_role_by_role() -> None:
 def test_no_active_constraint_means_no_step_and_all_active_keeps_every_row(active: int) -> None:
     step = _model().update_step
     n_depths = step.n_depths
-    cache = ForwardCache(
-        np.zeros((9, 2), np.float32),
-        np.zeros((n_depths - 1, 9, 4), np.float32),
-        np.ones((n_depths, 9, 1), np.float32),
-        np.zeros((n_depths, 9, 3), np.float32),
-    )
+    cache = _cache(n_depths, 9)
     grad = np.ones((n_depths, 3, 3, 3), np.float32)
     g_pos = np.zeros((n_depths, 3), np.float32)
     g_pos[:, :active] = 1.0
@@ -115,12 +116,7 @@ def test_a_strict_update_keeps_every_row() -> None:
     # A strict update's few rows cost their calls, not their arithmetic: it keeps its sums.
     step = _model().update_step
     n_depths = step.n_depths
-    cache = ForwardCache(
-        np.zeros((6, 2), np.float32),
-        np.zeros((n_depths - 1, 6, 4), np.float32),
-        np.ones((n_depths, 6, 1), np.float32),
-        np.zeros((n_depths, 6, 3), np.float32),
-    )
+    cache = _cache(n_depths, 6)
     g_pos = np.zeros((n_depths, 2), np.float32)
     g_pos[:, 0] = 1.0  # the new constraint active, its replayed one not
     grad = np.ones((n_depths, 3, 2, 3), np.float32)

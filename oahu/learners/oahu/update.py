@@ -285,16 +285,15 @@ class UpdateStep:
         strict update keeps the exact sums it always had.
         """
         n_roles, n_rows, width = grad.shape[1:]
-        if not self.on_host or n_new == 1:
-            return cache, grad.reshape(cache.embeddings.shape)
-        active = np.flatnonzero(((g_pos != 0) | (g_neg != 0)).any(0))
-        if len(active) == n_rows:
-            return cache, grad.reshape(cache.embeddings.shape)
-        if not len(active):
-            return None, grad
-        # Rows are ordered role by role (see ``forward``): constraint t's are t, T + t, ...
-        index = (active + n_rows * np.arange(n_roles)[:, None]).ravel()
-        return cache.rows(index), grad[:, :, active].reshape(self.n_depths, -1, width)
+        if self.on_host and n_new > 1:
+            active = np.flatnonzero(((g_pos != 0) | (g_neg != 0)).any(0))
+            if not len(active):
+                return None, grad
+            if len(active) < n_rows:
+                # Rows are ordered role by role (see ``forward``): constraint t's are t, T + t, …
+                index = (active + n_rows * np.arange(n_roles)[:, None]).ravel()
+                return cache.rows(index), grad[:, :, active].reshape(self.n_depths, -1, width)
+        return cache, grad.reshape(cache.embeddings.shape)
 
     def finite(self, loss: Array, cache: ForwardCache) -> Array:
         """Which constraints (T,) have a finite loss and finite embeddings at every depth.
