@@ -1,20 +1,22 @@
-"""The preprocessed rows of items a strict update has seen before (ours; docs/algorithms.md,
+"""The preprocessed rows of items an update has seen before (ours; docs/algorithms.md,
 "Projections of known items").
 
-A strict update preprocesses its triplet's three items: a (3, d) × (d, K) product onto the
-principal axes, an eighth of a default strict step's time on Fashion-MNIST (d = 784, K = 200),
-where the weights are read from memory for three rows. A stream names the same items again and
-again (10^6 constraints over 35,000 items name each ~86 times), so :class:`ProjectionCache`
-keeps the rows it was given, by the items' row keys (:mod:`oahu.learners.oahu.item_keys`), up to
-a memory budget, first in first out. An update whose items are all known takes their rows from
-it; any other projects its whole block as before and adds the rows it did not know.
+An update preprocesses its triplets' items: a (3B, d) × (d, K) product onto the principal
+axes, an eighth of a default strict step's time on Fashion-MNIST (d = 784, K = 200), where the
+weights are read from memory for three rows, and still about a tenth of a B = 256 update's. A
+stream names the same items again and again (10^6 constraints over 35,000 items name each ~86
+times), so :class:`ProjectionCache` keeps the rows it was given, by the items' row keys
+(:mod:`oahu.learners.oahu.item_keys`), up to a memory budget, first in first out. An update
+takes the rows of the items it keeps and projects the others (a strict update: its whole block,
+see ``UpdateStep.project``), adding the rows it did not know.
 
-A kept row is the one a block of the same shape computed when the item was first seen. BLAS
-kernels round each row of a product of a few rows on its own (checked for OpenBLAS's, whatever
-the row's neighbours and position), so the rows are the ones projecting again would give, and
-the model is the same. Where a kernel rounded by position, a row could differ from a fresh
-projection in its last bit, deterministically: the same seed still gives the same model. The
-cache is not checkpointed: a restored learner projects items again as it meets them.
+A kept row is the one a block computed when the item was first seen. BLAS kernels round each
+row of a product of a few rows on its own (checked for OpenBLAS's, whatever the row's neighbours
+and position), so in a strict update the rows are the ones projecting again would give, and the
+model is the same. A block of another size may round a row otherwise, in its last bit (a
+micro-batch's, or a row alone, which takes the matrix-vector kernel): deterministically, so the
+same seed still gives the same model. The cache is not checkpointed: a restored learner projects
+items again as it meets them.
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ class ProjectionCache:
 
     >>> cache = ProjectionCache(width=2)
     >>> keys = np.array([11, 12, 13])
-    >>> cache.lookup(keys) is None
-    True
+    >>> cache.lookup(keys)[1].tolist()
+    [True, True, True]
     >>> cache.add(keys, np.arange(6, dtype=np.float32).reshape(3, 2))
-    >>> cache.lookup(np.array([13, 11])).tolist()
-    [[4.0, 5.0], [0.0, 1.0]]
+    >>> rows, missing = cache.lookup(np.array([13, 14, 11]))
+    >>> rows.tolist(), missing.tolist()
+    ([[4.0, 5.0], [0.0, 0.0], [0.0, 1.0]], [False, True, False])
     >>> cache.hits, cache.misses, len(cache)
-    (1, 1, 3)
+    (2, 4, 3)
     """
 
     def __init__(self, width: int, budget: int = MEMORY_BUDGET) -> None:
@@ -57,15 +60,18 @@ class ProjectionCache:
     def __len__(self) -> int:
         return len(self.slot_of)
 
-    def lookup(self, keys: np.ndarray) -> np.ndarray | None:
-        """The kept rows of ``keys`` (n, width), a copy, or None unless every key is kept."""
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The kept rows of ``keys`` (n, width), a copy with zeros where a key is not kept, and
+        which keys are not kept (n,); ``hits`` and ``misses`` count the keys."""
         slot_of = self.slot_of
-        slots = [slot_of.get(key) for key in keys.tolist()]
-        if None in slots:
-            self.misses += 1
-            return None
-        self.hits += 1
-        return self.rows[slots]
+        slots = np.fromiter((slot_of.get(key, -1) for key in keys.tolist()), np.int64, len(keys))
+        missing = slots < 0
+        n_missing = int(missing.sum())
+        self.hits += len(keys) - n_missing
+        self.misses += n_missing
+        rows = self.rows[slots]
+        rows[missing] = 0.0
+        return rows, missing
 
     def add(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """Keep ``rows`` (n, width) under ``keys`` (n,), those not kept yet; the oldest kept

@@ -209,24 +209,32 @@ class UpdateStep:
     def project(self, block: np.ndarray, keys: np.ndarray | None = None) -> np.ndarray:
         """The learner's preprocessing of the block's items, (B, n_roles, width).
 
-        Each update projects its own rows: the rounding of a projection depends on how many
-        rows go through it at once, and a strict update always has the same few, so the model
-        does not depend on how the stream was chunked. A strict update on the CPU whose items'
-        ``keys`` (1, 3) are given takes the rows of items it projected before from
-        :class:`ProjectionCache` (which keeps what blocks of the same shape computed).
+        On the CPU, an update whose items' ``keys`` (B, n_roles) are given takes the rows of
+        the items it projected before from :class:`ProjectionCache` and projects the others in
+        one block. A strict update projects its whole block when one of its items is new: a
+        row projected alone goes through BLAS's matrix-vector kernel, which rounds it otherwise
+        than a block of a few rows does, and a strict model stays the same whichever of its
+        items were known.
         """
         n_new, n_roles, width = block.shape
-        cache = self._projection_cache() if keys is not None and n_new == 1 else None
-        if cache is not None:
-            known = cache.lookup(keys[0])
-            if known is not None:
-                return known.reshape(1, n_roles, -1)
+        items = block.reshape(n_roles * n_new, width)
+        cache = self._projection_cache() if keys is not None else None
+        if cache is None:
+            return self._projected(items).reshape(n_new, n_roles, -1)
+        flat_keys = keys.ravel()
+        rows, missing = cache.lookup(flat_keys)
+        if missing.any():
+            if n_new == 1:
+                missing[:] = True
+            fresh = self._projected(items[missing])
+            rows[missing] = fresh
+            cache.add(flat_keys[missing], fresh)
+        return rows.reshape(n_new, n_roles, -1)
+
+    def _projected(self, items: np.ndarray) -> np.ndarray:
+        """``items`` (n, d) preprocessed, in one block."""
         scaler = self.input_scaler
-        items = scaler.transform(block.reshape(n_roles * n_new, width), defer_projection=True)
-        new = scaler.project(items)
-        if cache is not None:
-            cache.add(keys[0], new)
-        return new.reshape(n_new, n_roles, -1)
+        return scaler.project(scaler.transform(items, defer_projection=True))
 
     def _projection_cache(self) -> ProjectionCache | None:
         """The cache of the current principal axes, on the CPU (None without axes: nothing to
