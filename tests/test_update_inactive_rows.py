@@ -53,14 +53,17 @@ def _recording_rows(model: OAHU) -> list[int]:
     return rows
 
 
+def _every_row(cache: ForwardCache, grad: np.ndarray) -> tuple[ForwardCache, np.ndarray]:
+    """The step on every row of an update (repeated rows repeated, as its cache maps them)."""
+    grad = grad.reshape(grad.shape[0], -1, grad.shape[-1])
+    return cache.rows(np.arange(grad.shape[1])), grad
+
+
 def test_inactive_constraints_leave_the_step_and_the_model_is_the_same() -> None:
     compact, every_row = _model(), _model()
     # The same learner stepping on every row, as it did before inactive rows were left out.
     full_step = every_row.update_step
-    full_step.with_gradient = lambda cache, grad, g_pos, g_neg, n_new: (
-        cache,
-        grad.reshape(cache.embeddings.shape),
-    )
+    full_step.with_gradient = lambda cache, grad, g_pos, g_neg, n_new: _every_row(cache, grad)
     rows_compact, rows_full = _recording_rows(compact), _recording_rows(every_row)
     start = {k: v.clone() for k, v in compact.network.tensors().items()}
     triplets, active = _half_inactive()

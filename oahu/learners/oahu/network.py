@@ -52,11 +52,15 @@ class ForwardCache:
     hidden: Array  # (L, m, H): h(1)..h(L)
     norms: Array  # (L+1, m, 1): ‖Θ(l) h(l)‖ clamped at _NORM_EPS
     embeddings: Array  # (L+1, m, E): f(l)(x)
+    # Which of these m rows each row of the step is, when the step's repeated rows went through
+    # the network once (oahu.learners.oahu.distinct_rows); None: row i is row i.
+    row_of: Array | None = None
 
     def rows(self, index: Array) -> ForwardCache:
-        """The cache of the rows ``index`` alone, in that order: a step on it is the step on
-        the whole cache whenever the other rows' embedding gradients are zero (each row's
-        contributions to the weights' gradients are separate terms of their sums).
+        """The cache of the step's rows ``index`` alone, in that order (a row repeated as
+        often as ``index`` names it): a step on it is the step on the whole cache whenever the
+        other rows' embedding gradients are zero (each row's contributions to the weights'
+        gradients are separate terms of their sums).
 
         >>> cache = ForwardCache(
         ...     np.arange(6.0).reshape(3, 2), np.zeros((1, 3, 4)), np.ones((2, 3, 1)),
@@ -64,7 +68,12 @@ class ForwardCache:
         >>> part = cache.rows(np.array([2, 0]))
         >>> part.x.tolist(), part.hidden.shape, part.norms.shape, part.embeddings.shape
         ([[4.0, 5.0], [0.0, 1.0]], (1, 2, 4), (2, 2, 1), (2, 2, 5))
+        >>> cache.row_of = np.array([0, 1, 0, 2])  # the step's rows 0 and 2 are one row
+        >>> cache.rows(np.array([3, 2])).x.tolist()
+        [[4.0, 5.0], [0.0, 1.0]]
         """
+        if self.row_of is not None:
+            index = self.row_of[index]
         return ForwardCache(
             self.x[index], self.hidden[:, index], self.norms[:, index], self.embeddings[:, index]
         )

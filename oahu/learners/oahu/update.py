@@ -41,6 +41,7 @@ from oahu.constraint_kinds import TRIPLET_AS_QUADRUPLET
 from oahu.learners.oahu.arrays import Array, concat, namespace
 from oahu.learners.oahu.config import OAHUConfig
 from oahu.learners.oahu.constraint_graph import ConstraintGraph
+from oahu.learners.oahu.distinct_rows import distinct_rows
 from oahu.learners.oahu.hedge import HedgeSignal, hedge_update
 from oahu.learners.oahu.item_keys import row_keys
 from oahu.learners.oahu.loss import DepthLoss, constraint_distances, embedding_gradient
@@ -165,7 +166,7 @@ class UpdateStep:
         keys = row_keys(block) if self.config.mined and n_roles == 3 else None
         new = self.project(block, keys)
         rows, slots = self.with_memories(new) if extras else (new, _NO_SLOTS)
-        cache, f = self.forward(rows)
+        cache, f = self.forward(rows, n_new)
         diffs, dists = constraint_distances(f, n_roles)
         d_pos, d_neg = dists[:, 0, :, 0], dists[:, 1, :, 0]
         loss, g_pos, g_neg = self.loss(d_pos, d_neg)
@@ -265,17 +266,30 @@ class UpdateStep:
             parts.append(mined if n_roles == 3 else mined[:, TRIPLET_AS_QUADRUPLET])
         return (concat(parts, axis=0) if len(parts) > 1 else new), slots
 
-    def forward(self, rows: np.ndarray) -> tuple[ForwardCache, Array]:
+    def forward(self, rows: np.ndarray, n_new: int) -> tuple[ForwardCache, Array]:
         """Every item of ``rows`` (T, n_roles, width) at every depth, and the embeddings as
-        (L+1, n_roles, T, E)."""
+        (L+1, n_roles, T, E), for an update of ``n_new`` new constraints.
+
+        On the CPU a micro-batch update sends each distinct row through the network once
+        (:func:`distinct_rows`; the cache then maps the update's rows to them): a quarter of a
+        B = 256 update's rows repeat another. A strict update's dozen rows go as they are:
+        finding repeats would cost more than it saves, and its sums stay the ones it had.
+        """
         n_rows, n_roles = rows.shape[:2]
         # Rows ordered role by role ([anchors; positives; negatives]) so one forward pass embeds
         # all of them.
         x = rows.swapaxes(0, 1).reshape(n_roles * n_rows, -1)
         if not self.on_host:
             x = torch.from_numpy(x).to(self.network.device)
-        cache = self.network.forward(x)
-        return cache, cache.embeddings.reshape(self.n_depths, n_roles, n_rows, -1)
+        distinct = distinct_rows(x) if self.on_host and n_new > 1 else None
+        if distinct is None:
+            cache = self.network.forward(x)
+            return cache, cache.embeddings.reshape(self.n_depths, n_roles, n_rows, -1)
+        first, row_of = distinct
+        cache = self.network.forward(x[first])
+        cache.row_of = row_of
+        f = cache.embeddings[:, row_of]
+        return cache, f.reshape(self.n_depths, n_roles, n_rows, -1)
 
     def with_gradient(
         self, cache: ForwardCache, grad: Array, g_pos: Array, g_neg: Array, n_new: int
@@ -297,7 +311,7 @@ class UpdateStep:
             active = np.flatnonzero(((g_pos != 0) | (g_neg != 0)).any(0))
             if not len(active):
                 return None, grad
-            if len(active) < n_rows:
+            if len(active) < n_rows or cache.row_of is not None:
                 # Rows are ordered role by role (see ``forward``): constraint t's are t, T + t, …
                 index = (active + n_rows * np.arange(n_roles)[:, None]).ravel()
                 return cache.rows(index), grad[:, :, active].reshape(self.n_depths, -1, width)
@@ -310,7 +324,8 @@ class UpdateStep:
         it is checked with the loss: either one makes the constraint unlearnable.
         """
         n_rows = loss.shape[1]
-        norms = cache.norms.reshape(self.n_depths, -1, n_rows).sum((0, 1))
+        norms = cache.norms if cache.row_of is None else cache.norms[:, cache.row_of]
+        norms = norms.reshape(self.n_depths, -1, n_rows).sum((0, 1))
         return namespace(loss).isfinite(loss.sum(0) + norms)
 
     def finite_only(self, block: np.ndarray, finite: np.ndarray) -> StepResult:
