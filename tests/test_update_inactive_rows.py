@@ -53,17 +53,19 @@ def _recording_rows(model: OAHU) -> list[int]:
     return rows
 
 
-def _every_row(cache: ForwardCache, grad: np.ndarray) -> tuple[ForwardCache, np.ndarray]:
-    """The step on every row of an update (repeated rows repeated, as its cache maps them)."""
-    grad = grad.reshape(grad.shape[0], -1, grad.shape[-1])
-    return cache.rows(np.arange(grad.shape[1])), grad
+def _every_row(cache: ForwardCache, g_pos: np.ndarray, n_roles: int) -> tuple[ForwardCache, slice]:
+    """The rows of every constraint of an update (repeated rows repeated, as its cache maps
+    them), as the backward pass took them before inactive rows were left out."""
+    return cache.rows(np.arange(n_roles * g_pos.shape[1])), slice(None)
 
 
 def test_inactive_constraints_leave_the_step_and_the_model_is_the_same() -> None:
     compact, every_row = _model(), _model()
     # The same learner stepping on every row, as it did before inactive rows were left out.
     full_step = every_row.update_step
-    full_step.with_gradient = lambda cache, grad, g_pos, g_neg, n_new: _every_row(cache, grad)
+    full_step.step_rows = lambda cache, g_pos, g_neg, n_roles, n_new: _every_row(
+        cache, g_pos, n_roles
+    )
     rows_compact, rows_full = _recording_rows(compact), _recording_rows(every_row)
     start = {k: v.clone() for k, v in compact.network.tensors().items()}
     triplets, active = _half_inactive()
@@ -93,9 +95,12 @@ def test_rows_are_picked_role_by_role() -> None:
     g_neg = np.zeros((n_depths, 3), np.float32)
     g_pos[1, 0] = 0.5  # constraint 0 has a derivative at depth 1 only
     g_neg[0, 2] = -0.5  # constraint 2 at depth 0 only
-    picked, picked_grad = step.with_gradient(cache, grad, g_pos, g_neg, n_new=3)
+    picked, active = step.step_rows(cache, g_pos, g_neg, n_roles=3, n_new=3)
     assert picked.x[:, 0].tolist() == [0.0, 4.0, 6.0, 10.0, 12.0, 16.0]  # rows 0 2 3 5 6 8
-    assert picked_grad.shape == (n_depths, 6, width)
+    assert active.tolist() == [0, 2]
+    # The update reshapes the active constraints' gradients (L+1, roles, constraints, E) into
+    # rows: the same order as the cache's.
+    picked_grad = grad[:, :, active].reshape(n_depths, -1, width)
     assert np.array_equal(picked_grad[:, 1], grad[:, 0, 2])  # constraint 2's anchor
     assert np.array_equal(picked_grad[:, 2], grad[:, 1, 0])  # constraint 0's positive
 
@@ -105,12 +110,11 @@ def test_no_active_constraint_means_no_step_and_all_active_keeps_every_row(activ
     step = _model().update_step
     n_depths = step.n_depths
     cache = _cache(n_depths, 9)
-    grad = np.ones((n_depths, 3, 3, 3), np.float32)
     g_pos = np.zeros((n_depths, 3), np.float32)
     g_pos[:, :active] = 1.0
-    picked, picked_grad = step.with_gradient(cache, grad, g_pos, np.zeros_like(g_pos), n_new=3)
+    picked, constraints = step.step_rows(cache, g_pos, np.zeros_like(g_pos), n_roles=3, n_new=3)
     if active:
-        assert picked is cache and picked_grad.shape == (n_depths, 9, 3)
+        assert picked is cache and constraints == slice(None)
     else:
         assert picked is None
 
@@ -122,6 +126,5 @@ def test_a_strict_update_keeps_every_row() -> None:
     cache = _cache(n_depths, 6)
     g_pos = np.zeros((n_depths, 2), np.float32)
     g_pos[:, 0] = 1.0  # the new constraint active, its replayed one not
-    grad = np.ones((n_depths, 3, 2, 3), np.float32)
-    picked, picked_grad = step.with_gradient(cache, grad, g_pos, np.zeros_like(g_pos), n_new=1)
-    assert picked is cache and picked_grad.shape == (n_depths, 6, 3)
+    picked, constraints = step.step_rows(cache, g_pos, np.zeros_like(g_pos), n_roles=3, n_new=1)
+    assert picked is cache and constraints == slice(None)

@@ -190,12 +190,20 @@ class UpdateStep:
             # (B1): each new constraint, with its share of the replayed and mined rows, moves the
             # weights as far as it would alone. Then back to the embeddings.
             scale = (weights * n_new / rows.shape[0]) * namespace(dists).ones_like(self.alpha)
-            grad = embedding_gradient(scale, g_pos, g_neg, diffs, dists, n_roles)
             # A strict step never comes near the trust region (B2); it is not computed there.
             limit = self.config.max_step_change if n_new > 1 else None
-            step_cache, step_grad = self.with_gradient(cache, grad, g_pos, g_neg, n_new)
+            step_cache, active = self.step_rows(cache, g_pos, g_neg, n_roles, n_new)
             if step_cache is not None:
-                self.network.step(step_cache, step_grad, self.learning_rate, limit)
+                grad = embedding_gradient(
+                    scale,
+                    g_pos[:, active],
+                    g_neg[:, active],
+                    diffs[:, :, active],
+                    dists[:, :, active],
+                    n_roles,
+                )  # (L+1, n_roles, constraints, E), rows ordered as the cache's
+                grad = grad.reshape(self.n_depths, -1, grad.shape[-1])
+                self.network.step(step_cache, grad, self.learning_rate, limit)
         new_loss = loss[:, :n_new]
         if self.on_host:
             self.last_losses = np.add.reduce(new_loss, axis=1) / np.float32(n_new)
@@ -291,31 +299,35 @@ class UpdateStep:
         f = cache.embeddings[:, row_of]
         return cache, f.reshape(self.n_depths, n_roles, n_rows, -1)
 
-    def with_gradient(
-        self, cache: ForwardCache, grad: Array, g_pos: Array, g_neg: Array, n_new: int
-    ) -> tuple[ForwardCache | None, Array]:
-        """The rows of the constraints whose loss has a derivative at some depth, and their
-        embedding gradients (L+1, rows, E) (None: no row has one), for an update of ``n_new``
-        new constraints. The backward pass over any other row would only add zeros to the
-        weights' gradients, and the margin loss leaves most constraints of a micro-batch
-        inactive: about 17% of a B = 256 update's had a derivative along a Fashion-MNIST
-        stream (benchmarks/README.md, "Learning at scale").
+    def step_rows(
+        self, cache: ForwardCache, g_pos: Array, g_neg: Array, n_roles: int, n_new: int
+    ) -> tuple[ForwardCache | None, Any]:
+        """The cache of the rows the backward pass takes, and which constraints they are (an
+        index array, or ``slice(None)`` for every one), for an update of ``n_new`` new
+        constraints whose loss has the derivatives ``g_pos`` and ``g_neg`` (L+1, T); the cache
+        is None when no constraint has a derivative.
+
+        The rows are those of the constraints whose loss has a derivative at some depth: the
+        backward pass over any other row would only add zeros to the weights' gradients, and
+        the margin loss leaves most constraints of a micro-batch inactive (about 17% of a
+        B = 256 update's had a derivative along a Fashion-MNIST stream, benchmarks/README.md,
+        "Learning at scale"), so their embedding gradients are not even computed.
 
         Every row stays on a GPU, where picking them would wait for the device, and in a
         strict update, whose dozen rows cost their calls rather than their arithmetic: picking
         them saved nothing there (1,170 triplets/s with, 1,150 without, side by side), and a
         strict update keeps the exact sums it always had.
         """
-        n_roles, n_rows, width = grad.shape[1:]
         if self.on_host and n_new > 1:
+            n_rows = g_pos.shape[1]
             active = np.flatnonzero(((g_pos != 0) | (g_neg != 0)).any(0))
             if not len(active):
-                return None, grad
+                return None, active
             if len(active) < n_rows or cache.row_of is not None:
                 # Rows are ordered role by role (see ``forward``): constraint t's are t, T + t, …
                 index = (active + n_rows * np.arange(n_roles)[:, None]).ravel()
-                return cache.rows(index), grad[:, :, active].reshape(self.n_depths, -1, width)
-        return cache, grad.reshape(cache.embeddings.shape)
+                return cache.rows(index), active
+        return cache, slice(None)
 
     def finite(self, loss: Array, cache: ForwardCache) -> Array:
         """Which constraints (T,) have a finite loss and finite embeddings at every depth.
