@@ -10,6 +10,12 @@ where NAME is ``default`` or ``paper`` (the preset) and the fields are OAHUConfi
 per configuration the rate in every window, over the whole stream, over its first and its last
 tenth, and the whole-stream rate as a ratio of the first configuration's.
 
+A fast configuration finishes long before a slow one, which then learns alone, and a shared
+machine's speed drifts over minutes (by a third within one run here). So each configuration's
+rate is also given over the seconds when every configuration was learning (``overlap_per_s``,
+from the wall-clock times of the window ends), and its ratio to the first configuration's over
+those same seconds (``overlap_over_first_config``): the side-by-side comparison.
+
     python benchmarks/throughput_windows.py --constraints 1000000 --configs paper default
     python benchmarks/throughput_windows.py --constraints 1000000 \
         --configs paper default:batch_size=256 --tag=-b256
@@ -68,6 +74,7 @@ def run(spec: str, constraints: int, windows: int, seed: int) -> dict[str, Any]:
     marks = sorted({-(-width * i // per_update) * per_update for i in range(1, windows)})
     marks = [m for m in marks if m < constraints] + [constraints]
     ends: list[float] = []
+    started_at = time.time()  # wall clock: the runs are compared over their common seconds
     started = time.perf_counter()
 
     def at(n: int) -> None:
@@ -84,6 +91,8 @@ def run(spec: str, constraints: int, windows: int, seed: int) -> dict[str, Any]:
         "config": spec,
         "learner_params": json.loads(json.dumps(learner.get_params(), default=str)),
         "window_ends": marks,
+        "started_at": started_at,
+        "window_seconds": ends,
         "triplets_per_s": rates,
         "whole_per_s": constraints / ends[-1],
         "first_tenth_per_s": tenth_rate(marks, ends, first=True),
@@ -94,13 +103,27 @@ def run(spec: str, constraints: int, windows: int, seed: int) -> dict[str, Any]:
 def tenth_rate(marks: list[int], ends: list[float], first: bool) -> float:
     """Triplets/s over the first (or last) tenth of the stream, interpolating the window ends.
 
-    >>> tenth_rate([100, 200], [1.0, 3.0], first=True), tenth_rate([100, 200], [1.0, 3.0], False)
+    >>> first = tenth_rate([100, 200], [1.0, 3.0], first=True)
+    >>> round(first, 9), round(tenth_rate([100, 200], [1.0, 3.0], first=False), 9)
     (100.0, 50.0)
     """
     total = marks[-1]
     ns, ts = [0, *marks], [0.0, *ends]
     lo, hi = (0, total / 10) if first else (total - total / 10, total)
     return float((hi - lo) / (np.interp(hi, ns, ts) - np.interp(lo, ns, ts)))
+
+
+def overlap_rate(run_: dict[str, Any], start: float, end: float) -> float:
+    """Triplets/s of ``run_`` between wall-clock times ``start`` and ``end`` (within its run),
+    interpolating its window ends.
+
+    >>> run_ = {"started_at": 10.0, "window_ends": [100, 200], "window_seconds": [1.0, 3.0]}
+    >>> overlap_rate(run_, 10.0, 11.0), overlap_rate(run_, 10.5, 11.5)
+    (100.0, 75.0)
+    """
+    ns = [0, *run_["window_ends"]]
+    ts = [run_["started_at"] + t for t in (0.0, *run_["window_seconds"])]
+    return float((np.interp(end, ts, ns) - np.interp(start, ts, ns)) / (end - start))
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -154,15 +177,24 @@ def main() -> None:
             )
         )
     reference = runs[0]["whole_per_s"]
+    # The seconds when every configuration was learning.
+    overlap = (
+        max(r["started_at"] for r in runs),
+        min(r["started_at"] + r["window_seconds"][-1] for r in runs),
+    )
     for run_ in runs:
         run_["whole_over_first_config"] = run_["whole_per_s"] / reference
         run_["last_over_first_tenth"] = run_["last_tenth_per_s"] / run_["first_tenth_per_s"]
+        run_["overlap_per_s"] = overlap_rate(run_, *overlap)
+    for run_ in runs:
+        run_["overlap_over_first_config"] = run_["overlap_per_s"] / runs[0]["overlap_per_s"]
     result = {
         "constraints": args.constraints,
         "seed": args.seed,
         "commit": code_version(),
         "cpu": cpu_model(),
         "machine": machine(),
+        "overlap_seconds": overlap[1] - overlap[0],
         "runs": runs,
     }
     out = RESULTS / f"throughput-windows{args.tag}.json"
@@ -173,7 +205,9 @@ def main() -> None:
             f"{run_['config']:28s} {run_['whole_per_s']:9,.0f}/s over the stream "
             f"({run_['whole_over_first_config']:.2f}x {runs[0]['config']}), first tenth "
             f"{run_['first_tenth_per_s']:,.0f}/s, last tenth {run_['last_tenth_per_s']:,.0f}/s "
-            f"({run_['last_over_first_tenth']:.2f}x)"
+            f"({run_['last_over_first_tenth']:.2f}x); while all ran "
+            f"({result['overlap_seconds']:.0f} s) {run_['overlap_per_s']:,.0f}/s "
+            f"({run_['overlap_over_first_config']:.2f}x)"
         )
 
 
