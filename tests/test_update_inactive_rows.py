@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from oahu.learners.oahu.learner import OAHU
+from oahu.learners.oahu.loss import constraint_distances, embedding_gradient
 from oahu.learners.oahu.network import ForwardCache
 
 
@@ -40,6 +41,13 @@ def _cache(n_depths: int, n_rows: int, x: np.ndarray | None = None) -> ForwardCa
     )
 
 
+def _distances(n_depths: int, n_constraints: int, width: int):
+    """A depth scale of ones and the differences and distances of random triplets' embeddings
+    (L+1, 3, T, E)."""
+    f = np.random.default_rng(2).random((n_depths, 3, n_constraints, width), dtype=np.float32)
+    return (np.ones(n_depths, np.float32), *constraint_distances(f, 3))
+
+
 def _recording_rows(model: OAHU) -> list[int]:
     """The rows of every network step ``model`` takes, recorded as they come."""
     rows: list[int] = []
@@ -53,19 +61,20 @@ def _recording_rows(model: OAHU) -> list[int]:
     return rows
 
 
-def _every_row(cache: ForwardCache, g_pos: np.ndarray, n_roles: int) -> tuple[ForwardCache, slice]:
+def _every_row(cache, scale, g_pos, g_neg, diffs, dists, n_roles, n_new):
     """The rows of every constraint of an update (repeated rows repeated, as its cache maps
-    them), as the backward pass took them before inactive rows were left out."""
-    return cache.rows(np.arange(n_roles * g_pos.shape[1])), slice(None)
+    them) and their gradients, as the backward pass took them before inactive rows were left
+    out."""
+    grad = embedding_gradient(scale, g_pos, g_neg, diffs, dists, n_roles)
+    every = cache.rows(np.arange(n_roles * g_pos.shape[1]))
+    return every, grad.reshape(grad.shape[0], -1, grad.shape[-1])
 
 
 def test_inactive_constraints_leave_the_step_and_the_model_is_the_same() -> None:
     compact, every_row = _model(), _model()
     # The same learner stepping on every row, as it did before inactive rows were left out.
     full_step = every_row.update_step
-    full_step.step_rows = lambda cache, g_pos, g_neg, n_roles, n_new: _every_row(
-        cache, g_pos, n_roles
-    )
+    full_step.step_rows = _every_row
     rows_compact, rows_full = _recording_rows(compact), _recording_rows(every_row)
     start = {k: v.clone() for k, v in compact.network.tensors().items()}
     triplets, active = _half_inactive()
@@ -90,19 +99,19 @@ def test_rows_are_picked_role_by_role() -> None:
     n_depths, width = step.n_depths, 3
     x = np.arange(9 * 2, dtype=np.float32).reshape(9, 2)  # rows a0 a1 a2 p0 p1 p2 n0 n1 n2
     cache = _cache(n_depths, 9, x)
-    grad = np.arange(n_depths * 3 * 3 * width, dtype=np.float32).reshape(n_depths, 3, 3, width)
     g_pos = np.zeros((n_depths, 3), np.float32)
     g_neg = np.zeros((n_depths, 3), np.float32)
     g_pos[1, 0] = 0.5  # constraint 0 has a derivative at depth 1 only
     g_neg[0, 2] = -0.5  # constraint 2 at depth 0 only
-    picked, active = step.step_rows(cache, g_pos, g_neg, n_roles=3, n_new=3)
+    scale, diffs, dists = _distances(n_depths, 3, width)
+    picked, picked_grad = step.step_rows(cache, scale, g_pos, g_neg, diffs, dists, 3, n_new=3)
     assert picked.x[:, 0].tolist() == [0.0, 4.0, 6.0, 10.0, 12.0, 16.0]  # rows 0 2 3 5 6 8
-    assert active.tolist() == [0, 2]
-    # The update reshapes the active constraints' gradients (L+1, roles, constraints, E) into
-    # rows: the same order as the cache's.
-    picked_grad = grad[:, :, active].reshape(n_depths, -1, width)
-    assert np.array_equal(picked_grad[:, 1], grad[:, 0, 2])  # constraint 2's anchor
-    assert np.array_equal(picked_grad[:, 2], grad[:, 1, 0])  # constraint 0's positive
+    # Each picked row's gradient is the one every constraint's gradient gives it.
+    every = embedding_gradient(scale, g_pos, g_neg, diffs, dists, 3)  # (L+1, roles, T, E)
+    assert picked_grad.shape == (n_depths, 6, width)
+    assert np.array_equal(picked_grad[:, 1], every[:, 0, 2])  # constraint 2's anchor
+    assert np.array_equal(picked_grad[:, 2], every[:, 1, 0])  # constraint 0's positive
+    assert np.abs(every[:, :, 1]).max() == 0  # the inactive constraint had none to take
 
 
 @pytest.mark.parametrize("active", [0, 3])
@@ -112,11 +121,12 @@ def test_no_active_constraint_means_no_step_and_all_active_keeps_every_row(activ
     cache = _cache(n_depths, 9)
     g_pos = np.zeros((n_depths, 3), np.float32)
     g_pos[:, :active] = 1.0
-    picked, constraints = step.step_rows(cache, g_pos, np.zeros_like(g_pos), n_roles=3, n_new=3)
+    scale, diffs, dists = _distances(n_depths, 3, 3)
+    picked, grad = step.step_rows(cache, scale, g_pos, 0 * g_pos, diffs, dists, 3, n_new=3)
     if active:
-        assert picked is cache and constraints == slice(None)
+        assert picked is cache and grad.shape == (n_depths, 9, 3)
     else:
-        assert picked is None
+        assert picked is None and grad is None
 
 
 def test_a_strict_update_keeps_every_row() -> None:
@@ -126,5 +136,6 @@ def test_a_strict_update_keeps_every_row() -> None:
     cache = _cache(n_depths, 6)
     g_pos = np.zeros((n_depths, 2), np.float32)
     g_pos[:, 0] = 1.0  # the new constraint active, its replayed one not
-    picked, constraints = step.step_rows(cache, g_pos, np.zeros_like(g_pos), n_roles=3, n_new=1)
-    assert picked is cache and constraints == slice(None)
+    scale, diffs, dists = _distances(n_depths, 2, 3)
+    picked, grad = step.step_rows(cache, scale, g_pos, 0 * g_pos, diffs, dists, 3, n_new=1)
+    assert picked is cache and grad.shape == (n_depths, 6, 3)

@@ -21,6 +21,8 @@ items again as it meets them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 __all__ = ["ProjectionCache"]
@@ -72,6 +74,33 @@ class ProjectionCache:
         rows = self.rows[slots]
         rows[missing] = 0.0
         return rows, missing
+
+    def rows_of(
+        self,
+        items: np.ndarray,
+        keys: np.ndarray,
+        project: Callable[[np.ndarray], np.ndarray],
+        whole_block: bool = False,
+    ) -> np.ndarray:
+        """The rows of ``items`` (n, d) by ``keys`` (n,): the kept ones, and ``project`` of the
+        others in one block (of all of them, with ``whole_block``, when one is not kept), which
+        are then kept.
+
+        >>> cache = ProjectionCache(width=1)
+        >>> twice = lambda items: 2 * items
+        >>> cache.rows_of(np.array([[1.0], [2.0]], np.float32), np.array([7, 8]), twice).tolist()
+        [[2.0], [4.0]]
+        >>> cache.rows_of(np.array([[5.0], [2.0]], np.float32), np.array([9, 8]), twice).tolist()
+        [[10.0], [4.0]]
+        """
+        rows, missing = self.lookup(keys)
+        if missing.any():
+            if whole_block:
+                missing[:] = True
+            fresh = project(items[missing])
+            rows[missing] = fresh
+            self.add(keys[missing], fresh)
+        return rows
 
     def add(self, keys: np.ndarray, rows: np.ndarray) -> None:
         """Keep ``rows`` (n, width) under ``keys`` (n,), those not kept yet; the oldest kept

@@ -192,17 +192,10 @@ class UpdateStep:
             scale = (weights * n_new / rows.shape[0]) * namespace(dists).ones_like(self.alpha)
             # A strict step never comes near the trust region (B2); it is not computed there.
             limit = self.config.max_step_change if n_new > 1 else None
-            step_cache, active = self.step_rows(cache, g_pos, g_neg, n_roles, n_new)
+            step_cache, grad = self.step_rows(
+                cache, scale, g_pos, g_neg, diffs, dists, n_roles, n_new
+            )
             if step_cache is not None:
-                grad = embedding_gradient(
-                    scale,
-                    g_pos[:, active],
-                    g_neg[:, active],
-                    diffs[:, :, active],
-                    dists[:, :, active],
-                    n_roles,
-                )  # (L+1, n_roles, constraints, E), rows ordered as the cache's
-                grad = grad.reshape(self.n_depths, -1, grad.shape[-1])
                 self.network.step(step_cache, grad, self.learning_rate, limit)
         new_loss = loss[:, :n_new]
         if self.on_host:
@@ -230,14 +223,7 @@ class UpdateStep:
         cache = self._projection_cache() if keys is not None else None
         if cache is None:
             return self._projected(items).reshape(n_new, n_roles, -1)
-        flat_keys = keys.ravel()
-        rows, missing = cache.lookup(flat_keys)
-        if missing.any():
-            if n_new == 1:
-                missing[:] = True
-            fresh = self._projected(items[missing])
-            rows[missing] = fresh
-            cache.add(flat_keys[missing], fresh)
+        rows = cache.rows_of(items, keys.ravel(), self._projected, whole_block=n_new == 1)
         return rows.reshape(n_new, n_roles, -1)
 
     def _projected(self, items: np.ndarray) -> np.ndarray:
@@ -300,12 +286,21 @@ class UpdateStep:
         return cache, f.reshape(self.n_depths, n_roles, n_rows, -1)
 
     def step_rows(
-        self, cache: ForwardCache, g_pos: Array, g_neg: Array, n_roles: int, n_new: int
-    ) -> tuple[ForwardCache | None, Any]:
-        """The cache of the rows the backward pass takes, and which constraints they are (an
-        index array, or ``slice(None)`` for every one), for an update of ``n_new`` new
-        constraints whose loss has the derivatives ``g_pos`` and ``g_neg`` (L+1, T); the cache
-        is None when no constraint has a derivative.
+        self,
+        cache: ForwardCache,
+        scale: Array,
+        g_pos: Array,
+        g_neg: Array,
+        diffs: Array,
+        dists: Array,
+        n_roles: int,
+        n_new: int,
+    ) -> tuple[ForwardCache | None, Array | None]:
+        """The cache of the rows the backward pass takes and their embedding gradients
+        (L+1, rows, E), for an update of ``n_new`` new constraints whose loss has the
+        derivatives ``g_pos`` and ``g_neg`` (L+1, T), with depth ``scale`` and the ``diffs``
+        and ``dists`` of :func:`constraint_distances` of ``n_roles`` items; (None, None) when no
+        constraint has a derivative.
 
         The rows are those of the constraints whose loss has a derivative at some depth: the
         backward pass over any other row would only add zeros to the weights' gradients, and
@@ -318,16 +313,21 @@ class UpdateStep:
         them saved nothing there (1,170 triplets/s with, 1,150 without, side by side), and a
         strict update keeps the exact sums it always had.
         """
+        active: Any = slice(None)  # the constraints whose rows are taken
         if self.on_host and n_new > 1:
             n_rows = g_pos.shape[1]
-            active = np.flatnonzero(((g_pos != 0) | (g_neg != 0)).any(0))
-            if not len(active):
-                return None, active
-            if len(active) < n_rows or cache.row_of is not None:
+            picked = np.flatnonzero(((g_pos != 0) | (g_neg != 0)).any(0))
+            if not len(picked):
+                return None, None
+            if len(picked) < n_rows or cache.row_of is not None:
                 # Rows are ordered role by role (see ``forward``): constraint t's are t, T + t, …
-                index = (active + n_rows * np.arange(n_roles)[:, None]).ravel()
-                return cache.rows(index), active
-        return cache, slice(None)
+                cache = cache.rows((picked + n_rows * np.arange(n_roles)[:, None]).ravel())
+                active = picked
+        grad = embedding_gradient(
+            scale, g_pos[:, active], g_neg[:, active], diffs[:, :, active], dists[:, :, active],
+            n_roles,
+        )  # (L+1, n_roles, constraints, E): as rows, the cache's order
+        return cache, grad.reshape(self.n_depths, -1, grad.shape[-1])
 
     def finite(self, loss: Array, cache: ForwardCache) -> Array:
         """Which constraints (T,) have a finite loss and finite embeddings at every depth.
