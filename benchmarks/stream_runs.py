@@ -56,11 +56,13 @@ def same_learner(stored: dict[str, Any] | None, name: str, params: dict[str, Any
     ``name`` built with ``params`` today. ``stored`` is read as a checkpoint's parameters are
     (the class's ``migrate_params``): a run made before a parameter existed learned as that
     parameter's migrated value does, so it stands for a learner built with that value, and not
-    for one built with a new default."""
+    for one built with a new default. Both sides are compared settled (``settled_params``): a
+    value written out and the ``"auto"`` that settles to it learn alike."""
     if stored is None:
         return False
-    migrated = json.loads(json.dumps(learner_class(name).migrate_params(stored), default=str))
-    return migrated == probed_params(name, params)
+    cls = learner_class(name)
+    migrated = json.loads(json.dumps(cls.migrate_params(stored), default=str))
+    return cls.settled_params(migrated) == cls.settled_params(probed_params(name, params))
 
 
 def probed_params(name: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,19 @@ class LearnerParams:
         """
         return dict(params)
 
+    @classmethod
+    def settled_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with every value the class settles from the others written out as it
+        settles it (an ``"auto"`` that depends on other parameters alone), so that two sets of
+        parameters that build learners that learn alike compare equal: ``params`` themselves,
+        unless the class settles some.
+
+        >>> from oahu.learners.baselines.oasis import OASIS
+        >>> OASIS.settled_params({"aggressiveness": 0.5})
+        {'aggressiveness': 0.5}
+        """
+        return dict(params)
+
     def _param_value(self, name: str) -> Any:
         """The current value of constructor parameter ``name`` (the attribute of that name)."""
         return getattr(self, name)

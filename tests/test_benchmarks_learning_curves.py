@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks import learning_curves
 from benchmarks.learning_curves import aggregate, run_cached, throughput, window_rates
+from benchmarks.stream_runs import probed_params, same_learner
 
 SIZES = [60, 200]
 
@@ -86,3 +87,16 @@ def test_a_micro_batch_learner_is_recorded_at_whole_updates(tmp_path, monkeypatc
     monkeypatch.setattr(learning_curves, "ALPHA_EVERY", 100)
     run = run_cached("digits", "oahu (B=64)", 0, [300], tmp_path)
     assert [n for n, _ in run["alpha"]] == [0, 128, 256, 300]  # every 100, rounded up to 64s
+
+
+def test_a_run_stored_with_the_count_an_auto_settles_to_is_the_same_learner() -> None:
+    """A strict run stored with ``replay=1`` learned as ``replay="auto"`` does in strict mode,
+    and stands for it; a micro-batch run stored with ``replay=1`` does not, as "auto" replays
+    none there."""
+    strict = probed_params("oahu", {})
+    batch = probed_params("oahu", {"batch_size": 256})
+    assert strict["replay"] == batch["replay"] == "auto"
+    assert same_learner({**strict, "replay": 1}, "oahu", {})
+    assert not same_learner({**strict, "replay": 0}, "oahu", {})
+    assert same_learner({**batch, "replay": 0}, "oahu", {"batch_size": 256})
+    assert not same_learner({**batch, "replay": 1}, "oahu", {"batch_size": 256})

@@ -32,7 +32,9 @@ def _triplets(n: int, seed: int = 0, classes: int = 4) -> np.ndarray:
 
 
 def _model(engine: str, **fields) -> OAHU:
-    fields = {"hidden_width": 16, "preprocess": "none", "device": "cpu", **fields}
+    # One replayed triplet per new one at every batch size ("auto" replays none in micro-batch
+    # mode), so that the device's reservoir is exercised by micro-batch blocks too.
+    fields = {"hidden_width": 16, "preprocess": "none", "device": "cpu", "replay": 1, **fields}
     return OAHU(D, step_engine=engine, **fields)
 
 

@@ -124,7 +124,7 @@ def test_a_micro_batch_replays_and_mines_in_proportion_to_its_size(triplets) -> 
     anchors = rng.integers(0, 24, size=200)
     positives = [rng.choice(np.flatnonzero(classes == classes[a])) for a in anchors]
     negatives = [rng.choice(np.flatnonzero(classes != classes[a])) for a in anchors]
-    model = small("default", batch_size=8)
+    model = small("default", batch_size=8, replay=1)
     learn(model, items[np.stack([anchors, positives, negatives], 1)])  # four classes revealed
     step = model.update_step
     new = step.project(triplets[:8])
@@ -134,6 +134,25 @@ def test_a_micro_batch_replays_and_mines_in_proportion_to_its_size(triplets) -> 
     assert model.config.replay == 1 and model.config.mined == "auto"
     assert step.config.mined == 4
     assert rows.shape[0] == 8 + 8 + len(slots) and 16 < len(slots) <= 32
+
+
+def test_auto_replays_one_per_constraint_in_strict_mode_and_none_in_a_micro_batch(
+    triplets,
+) -> None:
+    """``replay="auto"``: a strict update learns one replayed constraint beside its new one, a
+    micro-batch update none; the learner's parameters keep "auto", its step the count."""
+    strict, batch = small("default"), small("default", batch_size=8)
+    assert strict.get_params()["replay"] == batch.get_params()["replay"] == "auto"
+    assert (strict.update_step.config.replay, batch.update_step.config.replay) == (1, 0)
+    for model, size in ((strict, 1), (batch, 8)):
+        learn(model, triplets)  # something to replay
+        step = model.update_step
+        rows, slots = step.with_memories(step.project(triplets[:size]))
+        assert rows.shape[0] == size * (1 + step.config.replay) + len(slots)
+    # By the batch size, not by each update's: the micro-batch learner's first updates take
+    # one constraint each (the ramp) and replay none either, nor keep any to replay.
+    assert strict.update_step.update_size() == batch.update_step.update_size() == 1
+    assert strict.update_step.replay.size > 0 and batch.update_step.replay.size == 0
 
 
 def test_a_micro_batch_hedges_once_per_constraint(triplets) -> None:
@@ -246,14 +265,15 @@ def test_config_errors_name_the_field() -> None:
         OAHU(0)
     with pytest.raises(ValueError, match="loss: must be one of 'margin', 'abtl', got 'l2'"):
         OAHU(4, loss="l2")
-    with pytest.raises(ValueError, match="replay: must be an integer >= 0, got -1"):
+    with pytest.raises(ValueError, match="replay: must be 'auto' or an integer >= 0, got -1"):
         OAHU(4, replay=-1)
     with pytest.raises(ValueError, match="item_memory: must be an integer >= 1, got 0"):
         OAHU(4, item_memory=0)
-    for wrong in (-1, "many", "AUTO", 2.5, True):
-        message = f"mined: must be 'auto' or an integer >= 0, got {wrong!r}"
-        with pytest.raises(ValueError, match=re.escape(message)):
-            OAHU(4, mined=wrong)
+    for field in ("mined", "replay"):
+        for wrong in (-1, "many", "AUTO", 2.5, True):
+            message = f"{field}: must be 'auto' or an integer >= 0, got {wrong!r}"
+            with pytest.raises(ValueError, match=re.escape(message)):
+                OAHU(4, **{field: wrong})
 
 
 @pytest.mark.parametrize(

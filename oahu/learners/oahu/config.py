@@ -37,6 +37,12 @@ STEP_ENGINES: tuple[str, ...] = ("auto", "update", "device")
 # of six (benchmarks/README.md, "The packaged sets"); above the line two stay, which every
 # Fashion-MNIST figure was measured with.
 AUTO_MINED: dict[bool, int] = {True: 4, False: 2}
+# replay="auto" (ours): constraints replayed per new one, by whether updates are strict
+# (batch_size 1) or micro-batches. A strict step on one constraint gains from a second, older
+# one beside it; a micro-batch already averages B new ones, and its replayed rows, drawn from
+# the same stream, cost a quarter of an update's rows for no fewer errors on validation
+# splits (docs/algorithms.md, "Micro-batches", B5).
+AUTO_REPLAY: dict[bool, int] = {True: 1, False: 0}
 
 
 @dataclass(frozen=True)
@@ -105,9 +111,10 @@ class OAHUConfig:
     # At most this many principal axes for head0_init="pca"; 0 = embedding_dim.
     head0_components: int = 0
     preprocess: str = "auto"  # input preprocessing, see oahu.preprocessing
-    # Replay (ours): each update also learns this many constraints drawn from a reservoir of
-    # ``replay_memory`` past ones (one pass over the stream, bounded memory).
-    replay: int = 1
+    # Replay (ours): each update also learns this many constraints per new one, drawn from a
+    # reservoir of ``replay_memory`` past ones (one pass over the stream, bounded memory).
+    # "auto": ``AUTO_REPLAY`` by whether updates are strict (``replay_count``).
+    replay: int | Literal["auto"] = "auto"
     replay_memory: int = 2000
     # Mining (ours): each update also learns this many triplets per new constraint, mined from
     # the constraint graph the stream has revealed, among a reservoir of ``item_memory`` items: a
@@ -179,7 +186,6 @@ class OAHUConfig:
             ("n_hidden_layers", 0),
             ("hidden_width", 1),
             ("embedding_dim", 0),
-            ("replay", 0),
             ("mining_candidates", 0),
             ("mine_ahead", 1),
             ("early_mine_ahead", 0),
@@ -231,13 +237,15 @@ class OAHUConfig:
             check_choice(getattr(self, field), field, choices)
         for field in ("residual_heads", "self_paced"):
             check_bool(getattr(self, field), field)
-        if self.mined != AUTO:
-            try:
-                check_int(self.mined, "mined", 0)
-            except ValueError:
-                raise ValueError(
-                    f"mined: must be 'auto' or an integer >= 0, got {self.mined!r}"
-                ) from None
+        for field in ("replay", "mined"):
+            value = getattr(self, field)
+            if value != AUTO:
+                try:
+                    check_int(value, field, 0)
+                except ValueError:
+                    raise ValueError(
+                        f"{field}: must be 'auto' or an integer >= 0, got {value!r}"
+                    ) from None
         adaptation_steps(self.drift_adaptation)
         check_preprocess(self.preprocess)
         if self.embedding_dim and self.head0_components > self.embedding_dim:
@@ -275,6 +283,20 @@ class OAHUConfig:
         """
         limit = self.max_update_size
         return min(self.batch_size, limit) if limit else self.batch_size
+
+    @property
+    def replay_count(self) -> int:
+        """Replayed constraints per new constraint: ``replay``, or with ``"auto"`` one in
+        strict mode (``batch_size`` 1) and none in micro-batch mode (``AUTO_REPLAY``).
+
+        >>> OAHUConfig().replay_count, OAHUConfig(batch_size=256).replay_count
+        (1, 0)
+        >>> OAHUConfig(batch_size=256, replay=2).replay_count
+        2
+        """
+        if self.replay != AUTO:
+            return self.replay
+        return AUTO_REPLAY[self.batch_size == 1]
 
     def mined_for(self, n_features: int) -> int:
         """Mined triplets per new constraint for items of ``n_features`` features: ``mined``,

@@ -29,7 +29,7 @@ from oahu.capabilities import Capabilities, Diagnostic
 from oahu.generator_state import generator_state, restore_generator
 from oahu.learner import Learner
 from oahu.learners.oahu.combine import combinable_values, set_combinable_values
-from oahu.learners.oahu.config import PRESETS, OAHUConfig, adaptation_steps
+from oahu.learners.oahu.config import AUTO, PRESETS, OAHUConfig, adaptation_steps
 from oahu.learners.oahu.constraint_graph import ConstraintGraph
 from oahu.learners.oahu.device import resolve_device
 from oahu.learners.oahu.device_steps import DeviceResidentSteps
@@ -175,10 +175,11 @@ class OAHU(Learner):
         self._head0_prepared = self.config.head0_init != "pca"
         self._rng = np.random.default_rng([self.config.seed, _MEMORY_SEED])
         self.prequential = PrequentialAccuracy(self.config.n_depths, self.config.prequential_window)
-        # The step learns with "auto" settled by the items' own dimension; the learner's
-        # parameters keep "auto", so that a checkpoint rebuilds the same choice.
+        # The step learns with "auto" settled by the items' own dimension and the batch size;
+        # the learner's parameters keep "auto", so that a checkpoint rebuilds the same choice.
+        settled = {"mined": self.config.mined_for(n_features), "replay": self.config.replay_count}
         self.update_step = UpdateStep(
-            self.config.replace(mined=self.config.mined_for(n_features)),
+            self.config.replace(**settled),
             self.network,
             self.input_scaler,
             LOSSES[self.config.loss].from_config(self.config),
@@ -221,6 +222,23 @@ class OAHU(Learner):
                 for name, f in _CONFIG_FIELDS.items()
             ),
         )
+
+    @classmethod
+    def settled_params(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """``params`` with ``replay="auto"`` written out as the count it settles to by the batch
+        size (:attr:`OAHUConfig.replay_count`): a strict learner saved with ``replay=1`` learns
+        as one built with ``"auto"``. (``mined="auto"`` settles by the items' dimension, which
+        the parameters do not hold, and stays.)
+
+        >>> OAHU.settled_params({"replay": "auto", "batch_size": 256})
+        {'replay': 0, 'batch_size': 256}
+        >>> OAHU.settled_params({"replay": "auto"})["replay"]
+        1
+        """
+        if params.get("replay") != AUTO:
+            return dict(params)
+        batch_size = params.get("batch_size", OAHUConfig.batch_size)
+        return {**params, "replay": OAHUConfig(batch_size=batch_size).replay_count}
 
     @classmethod
     def migrate_params(cls, params: dict[str, Any]) -> dict[str, Any]:
