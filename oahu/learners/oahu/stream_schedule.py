@@ -92,10 +92,8 @@ class StreamSchedule:
         (8192, 16384)
         """
         config = self.config
-        early = config.early_item_memory
-        if early and self.early_in_stream(learned):
-            return min(early, config.item_memory)
-        return config.item_memory
+        return min(self._early_then(config.early_item_memory, config.item_memory, learned),
+                   config.item_memory)  # fmt: skip
 
     def anchors_ahead(self, learned: int | None = None) -> int:
         """How many anchors an update that takes fewer mined triplets draws at once after
@@ -109,9 +107,12 @@ class StreamSchedule:
         >>> step.anchors_ahead(29_999), step.anchors_ahead(30_000)
         (32, 128)
         """
-        config = self.config
-        early = config.early_mine_ahead
-        return early if early and self.early_in_stream(learned) else config.mine_ahead
+        return self._early_then(self.config.early_mine_ahead, self.config.mine_ahead, learned)
+
+    def _early_then(self, early: int, later: int, learned: int | None) -> int:
+        """``early`` while :meth:`early_in_stream`, ``later`` from then on, and from the start
+        when ``early`` is 0 (no early setting)."""
+        return early if early and self.early_in_stream(learned) else later
 
     def early_in_stream(self, learned: int | None = None) -> bool:
         """Whether the step-size decay has yet to halve the step after ``learned`` (or
